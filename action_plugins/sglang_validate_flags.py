@@ -1,0 +1,53 @@
+"""Action ``sglang_validate_flags``: the play's hosts' flags through their lane's sglang parser.
+
+Runs on the control node (an action plugin, not a module: nothing is sent to a host). Hosts with
+the same lane and flags are checked once. Fails with every problem of every host, each naming the
+host, the flag, the bad value, the valid choices and the sglang version.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+
+try:
+    from sglang_deploy.lanes import load_lane
+    from sglang_deploy.validator import validate_flags
+except ImportError as exc:
+    raise ImportError(
+        "the sglang_deploy package is not importable by this Ansible's Python. "
+        "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
+    ) from exc
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("hosts",))
+
+    def run(self, tmp: Any = None, task_vars: Any = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        hosts: dict[str, Any] = dict(self._task.args.get("hosts") or {})
+        if not hosts:
+            return {**result, "failed": True, "msg": "sglang_validate_flags: no hosts to validate"}
+        verdicts: dict[tuple[str, tuple[str, ...]], Any] = {}
+        errors: list[str] = []
+        checked: dict[str, str] = {}
+        for host, spec in hosts.items():
+            lane_name = str(spec["lane"])
+            argv = tuple(str(word) for word in spec["flag_argv"])
+            try:
+                lane = load_lane(lane_name)
+            except (KeyError, ValueError, FileNotFoundError) as err:
+                errors.append(f"host {host}: sglang_server_lane={lane_name!r}: {err}")
+                continue
+            key = (lane_name, argv)
+            if key not in verdicts:
+                verdicts[key] = validate_flags(list(argv), lane, host=host)
+            verdict = verdicts[key]
+            checked[host] = f"sglang {lane.sglang} ({lane.name})"
+            if verdict.problems:
+                errors.append(verdict.format(host))
+        if errors:
+            return {**result, "failed": True, "msg": "\n".join(errors), "checked": checked}
+        return {**result, "changed": False, "checked": checked, "msg": f"{len(checked)} host(s) valid"}

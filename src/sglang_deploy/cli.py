@@ -1,0 +1,125 @@
+"""``sglang-deploy``: the command line around the playbooks and the package's checks."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from sglang_deploy import unitcheck
+from sglang_deploy.runner import project_dir, run_playbook
+
+_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _inventory_args(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    parser.add_argument(
+        "-i",
+        "--inventory",
+        action="append",
+        required=required,
+        help="inventory path (repeatable); default: the project's inventory/proxmox",
+    )
+    parser.add_argument("-l", "--limit", help="limit to these hosts or groups (Ansible pattern)")
+
+
+def _inventories(args: argparse.Namespace) -> list[str]:
+    return args.inventory or [str(project_dir() / "inventory" / "proxmox")]
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    out = Path(args.out).resolve()
+    run = run_playbook(
+        "playbooks/render.yml",
+        _inventories(args),
+        extravars={"sglang_deploy_render_out": str(out)},
+        limit=args.limit,
+        title="render",
+        live=False,
+    )
+    if run.rc != 0:
+        _console.print(f"[red]render failed[/] (artifacts: {run.artifacts})")
+        return 1
+    units = sorted(out.glob("*/*.service"))
+    if not units:
+        _console.print(f"[red]no units rendered into {out}[/]: does the inventory have sglang_servers?")
+        return 1
+    if unitcheck.systemd_analyze() is None:
+        _console.print("[yellow]systemd-analyze not found: units written but not verified[/]")
+        for unit in units:
+            print(unit)
+        return 0
+    failed = False
+    for unit in units:
+        check = unitcheck.verify_unit(unit, rendered_elsewhere=True)
+        for note in check.notes:
+            _console.print(f"  note: {note}")
+        if check.ok:
+            _console.print(f"[green]ok[/] {unit} (systemd-analyze verify: clean)")
+        else:
+            failed = True
+            _console.print(f"[red]FAILED[/] {unit}: systemd-analyze verify printed:")
+            for problem in check.problems:
+                _console.print(f"    {problem}")
+    return 1 if failed else 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    run = run_playbook(
+        "playbooks/validate.yml",
+        _inventories(args),
+        limit=args.limit,
+        title="validate",
+        live=False,
+    )
+    if run.rc == 0:
+        _console.print("[green]flags valid[/] for every serving host")
+    return 0 if run.rc == 0 else 1
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    artifacts = Path(args.artifacts) if args.artifacts else None
+    run = run_playbook(
+        "site.yml",
+        _inventories(args),
+        limit=args.limit,
+        artifacts_dir=artifacts,
+        title="sglang-deploy up",
+    )
+    _console.print(f"artifacts: {run.artifacts}")
+    return 0 if run.rc == 0 else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sglang-deploy",
+        description="Rebuild a GPU inference VM into a verified sglang endpoint.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    render = sub.add_parser("render", help="write each host's systemd unit + env file locally")
+    _inventory_args(render)
+    render.add_argument("--out", default="render-out", help="output directory (default: render-out)")
+    render.set_defaults(func=cmd_render)
+
+    validate = sub.add_parser("validate", help="check the flags with the lane's pinned sglang parser")
+    _inventory_args(validate)
+    validate.set_defaults(func=cmd_validate)
+
+    up = sub.add_parser("up", help="run site.yml (provision + verify) with live progress")
+    _inventory_args(up)
+    up.add_argument("--artifacts", help="ansible-runner artifacts directory (default: artifacts/)")
+    up.set_defaults(func=cmd_up)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,320 @@
+"""The launch configuration: one data model for the sglang server's flags and environment.
+
+Inventory data (``sglang_server_flags`` + ``sglang_server_flags_override``, ``sglang_server_env`` +
+``sglang_server_env_override``) goes in; the argv, the systemd ``ExecStart=``/``Environment=`` lines
+and what ``validate`` checks come out. Everything that renders a launch goes through
+:meth:`LaunchConfig.from_vars`, so the unit, ``sglang-deploy render`` and the validator cannot drift.
+
+Flag values:
+  ``true``                 bare switch (``--trust-remote-code``)
+  ``false`` / ``null``     flag left out (use ``null`` in an override to remove a profile default)
+  string / number          ``--flag value``
+  list                     ``--flag v1 v2 ...`` (argparse ``nargs``)
+  ``{env: NAME}``          ``--flag ${NAME}``: systemd substitutes the variable at start, so a secret
+                           kept in the 0600 environment file never appears in the unit file
+  other mapping            ``--flag '<json>'`` (e.g. ``json-model-override-args``)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from sglang_deploy import systemd
+
+DEFAULT_MODULE = "sglang.launch_server"
+
+# Option strings that name the same argparse action in sglang (checked in 0.5.10.post1's
+# server_args.py). Two of one group in the same config is a conflict; the validator catches any
+# group this table misses by argparse ``dest``.
+ALIAS_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("model-path", "model"),
+    ("tensor-parallel-size", "tp-size", "tp"),
+    ("pipeline-parallel-size", "pp-size"),
+    ("data-parallel-size", "dp-size"),
+    ("expert-parallel-size", "ep-size", "ep"),
+    ("attention-context-parallel-size", "attn-cp-size"),
+    ("moe-data-parallel-size", "moe-dp-size"),
+    ("dist-init-addr", "nccl-init-addr"),
+    ("speculative-draft-model-path", "speculative-draft-model"),
+)
+# Names sglang accepts only through argparse prefix matching: rendered in full, because a new flag
+# sharing the prefix would make them ambiguous (the seeds' ``--tp 8`` is ``--tp-size 8``).
+ABBREVIATIONS: dict[str, str] = {"tp": "tp-size"}
+
+_GROUP_OF: dict[str, tuple[str, ...]] = {name: group for group in ALIAS_GROUPS for name in group}
+
+
+class LaunchConfigError(ValueError):
+    """Inventory data that cannot become a launch command. The message names variable and fix."""
+
+
+@dataclass(frozen=True)
+class EnvRef:
+    """A flag value taken from the service's environment at start (``${NAME}``)."""
+
+    name: str
+
+
+Scalar = str
+FlagValue = Union[bool, Scalar, tuple[Scalar, ...], EnvRef]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One command-line option: ``name`` without dashes; ``True`` is a bare switch."""
+
+    name: str
+    value: FlagValue
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name
+
+    def argv(self) -> list[str]:
+        """The flag's words. ``EnvRef`` values become ``${NAME}`` (systemd expands them)."""
+        if self.value is True:
+            return [self.option]
+        if isinstance(self.value, EnvRef):
+            return [self.option, systemd.exec_env_reference(self.value.name)]
+        if isinstance(self.value, tuple):
+            return [self.option, *self.value]
+        return [self.option, str(self.value)]
+
+    def exec_words(self) -> list[str]:
+        """The flag's words quoted for ExecStart=."""
+        if isinstance(self.value, EnvRef):
+            return [systemd.exec_word(self.option), systemd.exec_env_reference(self.value.name)]
+        return [systemd.exec_word(word) for word in self.argv()]
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """The server's command line and environment, validated for shape (not yet for sglang)."""
+
+    python: str
+    flags: tuple[Flag, ...]
+    environment: tuple[tuple[str, str], ...] = ()
+    module: str = DEFAULT_MODULE
+    secret_env_names: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def from_vars(
+        cls,
+        flags: Mapping[str, Any] | None,
+        *,
+        python: str,
+        flags_override: Mapping[str, Any] | None = None,
+        env: Mapping[str, Any] | None = None,
+        env_override: Mapping[str, Any] | None = None,
+        secret_env_names: Iterable[str] = (),
+        module: str = DEFAULT_MODULE,
+    ) -> LaunchConfig:
+        """Build from inventory variables; raises :class:`LaunchConfigError` with the fix."""
+        if not python:
+            raise LaunchConfigError("sglang_server_python is empty: set it to the ml-env's python3")
+        merged_flags = _merge("sglang_server_flags", flags, flags_override)
+        merged_env = _merge("sglang_server_env", env, env_override)
+        parsed = tuple(_flag(name, value) for name, value in merged_flags.items() if _present(value))
+        _check_conflicts(parsed)
+        environment = tuple(
+            (_env_name(name), _env_value(name, value))
+            for name, value in merged_env.items()
+            if value is not None
+        )
+        config = cls(
+            python=python,
+            flags=parsed,
+            environment=environment,
+            module=module,
+            secret_env_names=frozenset(secret_env_names),
+        )
+        config._check_env_refs()
+        return config
+
+    # -- reading -------------------------------------------------------------------------------
+    def flag(self, name: str) -> Flag | None:
+        """The flag called ``name`` or any of its aliases, if set."""
+        wanted = set(_GROUP_OF.get(_normalize(name), (_normalize(name),)))
+        return next((f for f in self.flags if f.name in wanted), None)
+
+    @property
+    def tp_size(self) -> int:
+        """Tensor-parallel size the server will use (sglang's default is 1)."""
+        tp = self.flag("tp-size")
+        if tp is None:
+            return 1
+        try:
+            return int(str(tp.value))
+        except ValueError:
+            raise LaunchConfigError(
+                f"sglang_server_flags['{tp.name}'] = {tp.value!r} is not an integer GPU count"
+            ) from None
+
+    # -- rendering -----------------------------------------------------------------------------
+    def flag_argv(self) -> list[str]:
+        """The flags alone, as sglang's parser sees them (``${NAME}`` left for env references)."""
+        return [word for flag in self.flags for word in flag.argv()]
+
+    def argv(self) -> list[str]:
+        return [self.python, "-m", self.module, *self.flag_argv()]
+
+    def exec_start(self) -> str:
+        """ExecStart= value: one flag per continuation line, so the unit reads like the seeds."""
+        head = " ".join(systemd.exec_word(w) for w in (self.python, "-m", self.module))
+        lines = [head] + ["    " + " ".join(flag.exec_words()) for flag in self.flags]
+        return " \\\n".join(lines)
+
+    def environment_assignments(self) -> list[str]:
+        """Values for ``Environment=`` lines, in inventory order."""
+        return [systemd.environment_assignment(name, value) for name, value in self.environment]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for Ansible (filters return this) and for ``--json`` output."""
+        return {
+            "python": self.python,
+            "module": self.module,
+            "argv": self.argv(),
+            "flag_argv": self.flag_argv(),
+            "flags": {f.name: _plain(f.value) for f in self.flags},
+            "environment": dict(self.environment),
+            "exec_start": self.exec_start(),
+            "environment_assignments": self.environment_assignments(),
+            "tp_size": self.tp_size,
+        }
+
+    def _check_env_refs(self) -> None:
+        known = {name for name, _ in self.environment} | self.secret_env_names
+        for flag in self.flags:
+            if isinstance(flag.value, EnvRef) and flag.value.name not in known:
+                raise LaunchConfigError(
+                    f"sglang_server_flags['{flag.name}'] reads ${{{flag.value.name}}}, which is "
+                    "neither in sglang_server_env nor in sglang_server_secret_env. Fix: define it "
+                    "there (secrets in sglang_server_secret_env, from vault or the environment)."
+                )
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def _merge(
+    var: str, base: Mapping[str, Any] | None, override: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """Base mapping updated by the override: replaced keys keep their place, new ones go last."""
+    merged: dict[str, Any] = {}
+    for label, part in ((var, base), (var + "_override", override)):
+        if part is None:
+            continue
+        if not isinstance(part, Mapping):
+            raise LaunchConfigError(
+                f"{label} must be a mapping (name: value), got {type(part).__name__}"
+            )
+        for key, value in part.items():
+            if not isinstance(key, str) or not key.strip("-_ "):
+                raise LaunchConfigError(f"{label} has an empty or non-string key: {key!r}")
+            merged[key] = value
+    return merged
+
+
+def _normalize(name: str) -> str:
+    """``--tp_size`` / ``tp_size`` / ``tp-size`` all name ``tp-size``."""
+    return name.strip().lstrip("-").replace("_", "-")
+
+
+def _present(value: Any) -> bool:
+    return value is not None and value is not False
+
+
+def _scalar(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        raise LaunchConfigError(
+            f"sglang_server_flags['{name}']: a list item or value cannot be a boolean ({value!r}); "
+            "use true only for a bare switch"
+        )
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise LaunchConfigError(f"sglang_server_flags['{name}'] = {value!r} is not finite")
+        return repr(value)
+    if isinstance(value, (str, int)):
+        return str(value)
+    raise LaunchConfigError(
+        f"sglang_server_flags['{name}'] has a value of type {type(value).__name__}; "
+        "use a string, number, true, a list or {env: NAME}"
+    )
+
+
+def _flag(raw_name: str, value: Any) -> Flag:
+    name = _normalize(raw_name)
+    name = ABBREVIATIONS.get(name, name)
+    if value is True:
+        return Flag(name, True)
+    if isinstance(value, Mapping):
+        keys = set(value)
+        if keys == {"env"}:
+            env_name = str(value["env"])
+            if not systemd.ENV_NAME.match(env_name):
+                raise LaunchConfigError(
+                    f"sglang_server_flags['{raw_name}']: {{env: {env_name}}} is not a valid "
+                    "environment variable name"
+                )
+            return Flag(name, EnvRef(env_name))
+        return Flag(name, json.dumps(_plain_mapping(value), separators=(",", ":")))
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        if not value:
+            raise LaunchConfigError(
+                f"sglang_server_flags['{raw_name}'] is an empty list; use null to remove the flag"
+            )
+        return Flag(name, tuple(_scalar(raw_name, item) for item in value))
+    return Flag(name, _scalar(raw_name, value))
+
+
+def _plain_mapping(value: Mapping[str, Any]) -> dict[str, Any]:
+    # json.dumps needs plain containers; Ansible may hand over its own mapping types.
+    return json.loads(json.dumps(dict(value), default=str))
+
+
+def _plain(value: FlagValue) -> Any:
+    if isinstance(value, EnvRef):
+        return {"env": value.name}
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _check_conflicts(flags: Sequence[Flag]) -> None:
+    seen: dict[tuple[str, ...], str] = {}
+    for flag in flags:
+        group = _GROUP_OF.get(flag.name, (flag.name,))
+        if group in seen:
+            first = seen[group]
+            what = "is set twice" if first == flag.name else f"and '{first}' both set"
+            raise LaunchConfigError(
+                f"sglang_server_flags: '{flag.name}' {what} (they are one sglang option: "
+                f"--{group[0]}). Fix: keep one key; to replace a profile default from host_vars use "
+                "sglang_server_flags_override with the same key, or null to remove it."
+            )
+        seen[group] = flag.name
+
+
+def _env_name(name: str) -> str:
+    if not systemd.ENV_NAME.match(name):
+        raise LaunchConfigError(
+            f"sglang_server_env: {name!r} is not a valid environment variable name"
+        )
+    return name
+
+
+def _env_value(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        raise LaunchConfigError(
+            f"sglang_server_env['{name}'] = {value!r}: booleans are ambiguous for programs reading "
+            "the environment. Fix: write the exact string, e.g. '1' or '0'."
+        )
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (str, int)):
+        return str(value)
+    raise LaunchConfigError(
+        f"sglang_server_env['{name}'] has a value of type {type(value).__name__}; use a string"
+    )

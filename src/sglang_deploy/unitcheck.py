@@ -1,0 +1,62 @@
+"""``systemd-analyze verify`` with the strictness systemd itself lacks.
+
+systemd-analyze exits 0 on unknown keys and bad values and only prints a warning, so any output
+counts as a problem here. The one exception is for units rendered on a control node: the target's
+interpreter (the ml-env python) does not exist on this machine, which systemd reports as
+"Command ... is not executable"; the role checks that path on the host itself instead.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+_MISSING_COMMAND = re.compile(r"Command (\S+) is not executable: No such file or directory")
+
+
+@dataclass(frozen=True)
+class UnitCheck:
+    unit: Path
+    problems: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def systemd_analyze() -> str | None:
+    return shutil.which("systemd-analyze")
+
+
+def verify_unit(unit: Path, *, rendered_elsewhere: bool = False, timeout: float = 60) -> UnitCheck:
+    """Run ``systemd-analyze verify`` on ``unit``; every printed line is a problem.
+
+    ``rendered_elsewhere``: the unit is for another host, so a missing ExecStart= binary is a note.
+    """
+    tool = systemd_analyze()
+    if tool is None:
+        raise FileNotFoundError("systemd-analyze is not installed (package systemd)")
+    proc = subprocess.run(
+        [tool, "verify", "--man=no", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    problems: list[str] = []
+    notes: list[str] = []
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if not line.strip():
+            continue
+        missing = _MISSING_COMMAND.search(line)
+        if rendered_elsewhere and missing and not Path(missing.group(1)).exists():
+            notes.append(f"{missing.group(1)} is not on this machine; the role checks it on the host")
+        else:
+            problems.append(line.strip())
+    if proc.returncode != 0 and not problems and not notes:
+        problems.append(f"systemd-analyze verify exited {proc.returncode}")
+    return UnitCheck(unit=unit, problems=tuple(problems), notes=tuple(notes))

@@ -1,0 +1,62 @@
+"""End-to-end quoting proof (CI only): real systemd runs the installed unit's ExecStart= and
+Environment= in a oneshot copy whose python module is an argv probe (molecule prepare installs it
+as sglang.launch_server). The argv must come back word for word, the API key from the 0600 env file.
+
+Not part of playbooks/verify.yml: on a real host the module is the real server.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from seed_004 import SEED_004_ENV, SEED_004_FLAGS  # noqa: E402
+
+PROBE = "sglang-argv-probe"
+# What molecule/sglang_server/inventory/host_vars adds on top of the profile.
+EXTRA_FLAGS = [
+    "--chat-template", "/var/lib/sglang/templates/a b %h $HOME \"q\" it's.jinja",
+    "--api-key", "ci-test-key",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def probe_output(host, unit_name: str):
+    unit = host.file(f"/etc/systemd/system/{unit_name}.service").content_string
+    probe_unit = unit.replace("Type=exec", "Type=oneshot").replace("Restart=on-failure\n", "")
+    path = f"/run/systemd/system/{PROBE}.service"
+    host.run(f"cat > {path} <<'PROBE_EOF'\n{probe_unit}PROBE_EOF")
+    try:
+        assert host.run("systemctl daemon-reload").rc == 0
+        started = host.run(f"timeout 60 systemctl start {PROBE}.service")
+        assert started.rc == 0, started.stderr
+        journal = host.run(f"journalctl -u {PROBE}.service -o json --no-pager").stdout
+        entries = [json.loads(line) for line in journal.splitlines() if line.strip()]
+        probes = [e for e in entries if str(e.get("MESSAGE", "")).startswith("ARGV-PROBE ")]
+        assert probes, f"the probe printed nothing:\n{journal}"
+        output = json.loads(probes[-1]["MESSAGE"][len("ARGV-PROBE ") :])
+        output["uid"] = probes[-1]["_UID"]
+        return output
+    finally:
+        host.run(f"rm -f {path} && systemctl daemon-reload")
+
+
+def test_systemd_hands_over_the_exact_argv(probe_output) -> None:
+    assert probe_output["argv"] == SEED_004_FLAGS + EXTRA_FLAGS
+
+
+def test_systemd_hands_over_the_profile_environment(probe_output) -> None:
+    env = probe_output["env"]
+    for name, value in SEED_004_ENV.items():
+        assert env.get(name) == value
+    assert env["PATH"].startswith("/var/lib/sglang/ml-env/bin:")
+    assert env["SGLANG_API_KEY"] == "ci-test-key"
+
+
+def test_probe_ran_as_the_service_user(host, probe_output, service_user: str) -> None:
+    assert probe_output["uid"] == str(host.user(service_user).uid)
+    assert probe_output["env"]["HOME"] == "/var/lib/sglang"

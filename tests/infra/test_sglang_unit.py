@@ -1,0 +1,63 @@
+"""The installed sglang unit: what the inventory renders, valid for systemd, enabled, least privilege."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+UNIT_DIR = "/etc/systemd/system"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_unit_is_byte_identical_to_render(host, rendered_dir: Path, unit_name: str) -> None:
+    installed = host.file(f"{UNIT_DIR}/{unit_name}.service")
+    assert installed.exists
+    assert installed.content_string == (rendered_dir / f"{unit_name}.service").read_text()
+    assert (installed.user, installed.group, installed.mode) == ("root", "root", 0o644)
+
+
+def test_env_file_is_root_only_and_matches_render(host, rendered_dir: Path, env_file_path: str, unit_name: str) -> None:
+    env_file = host.file(env_file_path)
+    assert (env_file.user, env_file.group, env_file.mode) == ("root", "root", 0o600)
+    # Compared by digest: a failing assertion must not print a secret.
+    assert _sha256(env_file.content) == _sha256((rendered_dir / f"{unit_name}.env").read_bytes())
+    assert host.file(str(Path(env_file_path).parent)).mode == 0o750
+
+
+def test_systemd_analyze_verify_prints_nothing(host, unit_name: str) -> None:
+    # systemd-analyze exits 0 on unknown keys and bad values: any output is a failure.
+    result = host.run(f"systemd-analyze verify --man=no {UNIT_DIR}/{unit_name}.service 2>&1")
+    assert result.rc == 0 and result.stdout.strip() == "", result.stdout
+
+
+def test_unit_is_enabled_and_loaded(host, unit_name: str) -> None:
+    service = host.service(unit_name)
+    assert service.is_enabled
+    assert host.run(f"systemctl show -p LoadState --value {unit_name}.service").stdout.strip() == "loaded"
+
+
+def test_service_user_is_a_system_user_in_gpu_groups(host, service_user: str) -> None:
+    user = host.user(service_user)
+    assert user.exists
+    assert user.uid < 1000, "the service user should be a system user"
+    assert user.shell in ("/usr/sbin/nologin", "/sbin/nologin")
+    if host.group("video").exists:
+        assert "video" in user.groups
+
+
+def test_environment_and_execstart_as_systemd_parsed_them(host, rendered_dir: Path, unit_name: str) -> None:
+    """systemd's own reading of the unit carries every Environment= and flag of the render."""
+    rendered = (rendered_dir / f"{unit_name}.service").read_text()
+    shown_env = host.run(f"systemctl show -p Environment --value {unit_name}.service").stdout
+    for line in rendered.splitlines():
+        if line.startswith("Environment="):
+            assignment = line[len("Environment=") :].strip('"')
+            assert assignment in shown_env, f"{assignment} missing from systemd's Environment"
+    shown_exec = host.run(f"systemctl show -p ExecStart --value {unit_name}.service").stdout
+    exec_words = rendered.split("ExecStart=", 1)[1].split("\nRestart=", 1)[0].replace("\\\n", " ").split()
+    for word in exec_words:
+        if word.startswith("--"):
+            assert f" {word}" in shown_exec, f"{word} missing from systemd's ExecStart"

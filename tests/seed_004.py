@@ -1,0 +1,23 @@
+"""Seed 004's launch (message 234 of the hand deployment), the profile inventory/proxmox encodes.
+
+Word for word, except `--tp 8`, which sglang accepts only as an argparse abbreviation of --tp-size.
+"""
+
+SEED_004_FLAGS = """
+--model lukealonso/GLM-5-NVFP4 --served-model-name glm-5 --reasoning-parser glm45
+--tool-call-parser glm47 --trust-remote-code --tp-size 8 --mem-fraction-static 0.92
+--max-running-requests 64 --kv-cache-dtype auto --quantization modelopt_fp4
+--attention-backend flashinfer --fp8-gemm-backend cutlass --nsa-decode-backend trtllm
+--nsa-prefill-backend trtllm --moe-runner-backend flashinfer_cutlass --disable-custom-all-reduce
+--enable-flashinfer-allreduce-fusion --host 0.0.0.0 --port 8000
+""".split()
+
+SEED_004_ENV = {
+    "NCCL_IB_DISABLE": "1",
+    "NCCL_P2P_LEVEL": "PHB",
+    "NCCL_ALLOC_P2P_NET_LL_BUFFERS": "1",
+    "NCCL_MIN_NCHANNELS": "8",
+    "OMP_NUM_THREADS": "8",
+    "SAFETENSORS_FAST_GPU": "1",
+    "CUDA_HOME": "/usr/local/cuda-12.8",
+}

@@ -1,0 +1,33 @@
+"""The filter plugin is a thin adapter: same result as the package, errors name the host."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from conftest import ROOT
+
+from sglang_deploy.launch import LaunchConfig
+
+spec = importlib.util.spec_from_file_location("plugin", ROOT / "filter_plugins" / "sglang_deploy.py")
+plugin = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(plugin)
+
+
+def test_filter_returns_the_model_as_data(profile):
+    flags = profile["sglang_server_flags"]
+    data = plugin.sglang_launch(flags, python="/p/python3", host="h1")
+    assert data == LaunchConfig.from_vars(flags, python="/p/python3").to_dict()
+
+
+def test_filter_error_names_the_host():
+    with pytest.raises(AnsibleFilterError, match=r"^host gpu-07: sglang_server_flags: 'tp-size'"):
+        plugin.sglang_launch({"tp": 8, "tp-size": 8}, python="/p/python3", host="gpu-07")
+
+
+def test_env_file_lines():
+    assert plugin.sglang_env_file_lines({"SGLANG_API_KEY": "k"}) == ["SGLANG_API_KEY='k'"]
+    with pytest.raises(AnsibleFilterError, match="host h: sglang_server_secret_env"):
+        plugin.sglang_env_file_lines({"BAD NAME": "k"}, host="h")
+    assert set(plugin.FilterModule().filters()) == {"sglang_launch", "sglang_env_file_lines"}

@@ -1,0 +1,139 @@
+"""The launch model: inventory mapping -> argv, ExecStart= and Environment=."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import SEED_004_ENV, SEED_004_FLAGS
+
+from sglang_deploy.launch import EnvRef, LaunchConfig, LaunchConfigError
+
+PY = "/var/lib/sglang/ml-env/bin/python3"
+
+
+def config(flags, **kwargs) -> LaunchConfig:
+    return LaunchConfig.from_vars(flags, python=PY, **kwargs)
+
+
+def test_profile_renders_seed_004_flag_for_flag(profile):
+    launch = config(profile["sglang_server_flags"], env=profile["sglang_server_env"])
+    assert launch.flag_argv() == SEED_004_FLAGS
+    assert launch.argv()[:3] == [PY, "-m", "sglang.launch_server"]
+    env = dict(launch.environment)
+    for name, value in SEED_004_ENV.items():
+        assert env[name] == value
+    assert env["PATH"].startswith("{{ sglang_server_venv }}/bin:")  # templated by Ansible, not here
+    assert launch.tp_size == 8
+
+
+def test_values_are_rendered_as_sglang_expects():
+    launch = config(
+        {
+            "switch": True,
+            "off-switch": False,
+            "removed": None,
+            "fraction": 0.92,
+            "count": 64,
+            "sizes": [1, 2, 4],
+            "override-args": {"a": 1, "b": "x"},
+            "api-key": {"env": "SGLANG_API_KEY"},
+        },
+        secret_env_names=["SGLANG_API_KEY"],
+    )
+    assert launch.flag_argv() == [
+        "--switch",
+        "--fraction", "0.92",
+        "--count", "64",
+        "--sizes", "1", "2", "4",
+        "--override-args", '{"a":1,"b":"x"}',
+        "--api-key", "${SGLANG_API_KEY}",
+    ]  # fmt: skip
+    assert launch.flag("api-key").value == EnvRef("SGLANG_API_KEY")
+
+
+def test_names_are_normalized_and_tp_abbreviation_expanded():
+    launch = config({"--tp": 8, "served_model_name": "glm-5"})
+    assert launch.flag_argv() == ["--tp-size", "8", "--served-model-name", "glm-5"]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"tp": 8, "tp-size": 8},
+        {"tp-size": 8, "tensor-parallel-size": 8},
+        {"model": "a", "model-path": "b"},
+        {"tp_size": 4, "tp-size": 8},
+        {"ep": 2, "expert-parallel-size": 2},
+    ],
+)
+def test_the_same_option_twice_is_an_error(flags):
+    with pytest.raises(LaunchConfigError, match="one sglang option") as err:
+        config(flags)
+    assert "sglang_server_flags_override" in str(err.value)  # the message says how to fix it
+
+
+def test_override_replaces_in_place_appends_and_removes(profile):
+    launch = config(
+        profile["sglang_server_flags"],
+        flags_override={
+            "mem-fraction-static": 0.88,
+            "enable-flashinfer-allreduce-fusion": None,
+            "cuda-graph-max-bs": 32,
+        },
+    )
+    argv = launch.flag_argv()
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.88"
+    assert argv.index("--mem-fraction-static") < argv.index("--max-running-requests")  # kept its place
+    assert "--enable-flashinfer-allreduce-fusion" not in argv
+    assert argv[-2:] == ["--cuda-graph-max-bs", "32"]
+
+
+def test_flag_order_is_stable():
+    flags = {"b": 1, "a": 2, "c": True}
+    assert config(flags).flag_argv() == config(dict(flags)).flag_argv() == [
+        "--b", "1", "--a", "2", "--c",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flags", "kwargs", "message"),
+    [
+        ({"a": {"env": "MISSING"}}, {}, "neither in sglang_server_env"),
+        ({"a": {"env": "not valid"}}, {}, "not a valid environment variable name"),
+        ({"a": []}, {}, "empty list"),
+        ({"a": [True]}, {}, "cannot be a boolean"),
+        ({"a": float("nan")}, {}, "not finite"),
+        ({"a": object()}, {}, "type object"),
+        ({"": 1}, {}, "empty or non-string key"),
+        ([("a", 1)], {}, "must be a mapping"),
+        ({"a": 1}, {"env": {"A": True}}, "booleans are ambiguous"),
+        ({"a": 1}, {"env": {"1BAD": "x"}}, "not a valid environment variable name"),
+    ],
+)
+def test_bad_input_names_the_variable(flags, kwargs, message):
+    with pytest.raises(LaunchConfigError, match=message):
+        config(flags, **kwargs)
+
+
+def test_tp_size_must_be_an_integer():
+    with pytest.raises(LaunchConfigError, match="not an integer"):
+        _ = config({"tp-size": "eight"}).tp_size
+    assert config({}).tp_size == 1
+
+
+def test_empty_python_is_rejected():
+    with pytest.raises(LaunchConfigError, match="sglang_server_python"):
+        LaunchConfig.from_vars({}, python="")
+
+
+def test_exec_start_has_one_flag_per_line(profile):
+    text = config(profile["sglang_server_flags"]).exec_start()
+    lines = text.split(" \\\n")
+    assert lines[0] == f"{PY} -m sglang.launch_server"
+    assert lines[1] == "    --model lukealonso/GLM-5-NVFP4"
+    assert "    --trust-remote-code" in lines
+    assert len(lines) == 1 + len(profile["sglang_server_flags"])
+
+
+def test_env_override_merges_and_removes():
+    launch = config({}, env={"A": "1", "B": "2"}, env_override={"B": None, "C": 3})
+    assert launch.environment == (("A", "1"), ("C", "3"))
