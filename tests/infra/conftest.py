@@ -2,7 +2,7 @@
 
 What a host should look like comes from `sglang-deploy render` of the same inventory: one source of
 truth, the role's own templates. A failed test gets the unit's journal attached by the
-journal_on_failure plugin (molecule/shared).
+journal_on_failure plugin beside this file.
 """
 
 from __future__ import annotations
