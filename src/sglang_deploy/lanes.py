@@ -1,0 +1,136 @@
+"""Stack lanes: which sglang, torch, kernels and transformers go together, as data.
+
+Each lane is one ``lanes/<name>.yml`` file shipped with the package; adding a file adds a lane
+without a code change. Loading checks every key and type, so a typo in a lane file fails here,
+naming the file and the key, instead of surfacing later as a wrong install.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from importlib.resources.abc import Traversable
+from typing import Any
+
+import yaml
+
+DEFAULT_LANE = "cu128"
+"""The mission's CUDA 12.8 lane (DESIGN.md, "Stack lanes")."""
+
+_LANE_SUFFIX = ".yml"
+
+
+class LaneError(ValueError):
+    """A lane that does not exist or whose file is malformed."""
+
+
+@dataclass(frozen=True)
+class ValidatorSpec:
+    """What the CPU-only venv that runs the lane's sglang argparse needs.
+
+    ``torch`` and ``torch_index`` are defaults that the validator lets the environment override
+    (a mirror, an offline wheel); ``stand_ins`` are packages sglang imports but the parser never
+    uses, answered with stand-ins by the probe instead of being installed.
+    """
+
+    torch: str
+    torch_index: str
+    packages: tuple[str, ...]
+    stand_ins: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One stack lane, as checked against PyPI metadata."""
+
+    name: str
+    cuda: str
+    sglang: str
+    torch: str
+    sglang_kernel: str
+    transformers: str
+    required_archs: tuple[str, ...]
+    validator: ValidatorSpec
+
+
+def _lane_dir() -> Traversable:
+    return resources.files("sglang_deploy").joinpath("lanes")
+
+
+def lane_names() -> list[str]:
+    """The names of all lanes shipped with the package, sorted."""
+    return sorted(
+        entry.name.removesuffix(_LANE_SUFFIX)
+        for entry in _lane_dir().iterdir()
+        if entry.is_file() and entry.name.endswith(_LANE_SUFFIX)
+    )
+
+
+def load_lane(name: str) -> Lane:
+    """Load and check the lane ``name``; raise LaneError naming the known lanes if there is none."""
+    known = lane_names()
+    if name not in known:
+        raise LaneError(f"unknown lane {name!r}; known lanes: {', '.join(known)}")
+    where = f"lane file lanes/{name}{_LANE_SUFFIX}"
+    data = yaml.safe_load(_lane_dir().joinpath(name + _LANE_SUFFIX).read_text(encoding="utf-8"))
+    lane = _parse_lane(_mapping(data, where), where)
+    if lane.name != name:
+        raise LaneError(f"{where}: name is {lane.name!r}, expected {name!r} (the file name)")
+    return lane
+
+
+def _parse_lane(data: dict[str, Any], where: str) -> Lane:
+    _check_keys(data, set(Lane.__dataclass_fields__), where)
+    validator_where = f"{where}: validator"
+    validator = _mapping(data["validator"], validator_where)
+    _check_keys(validator, set(ValidatorSpec.__dataclass_fields__), validator_where)
+    return Lane(
+        name=_string(data, "name", where),
+        cuda=_string(data, "cuda", where),
+        sglang=_string(data, "sglang", where),
+        torch=_string(data, "torch", where),
+        sglang_kernel=_string(data, "sglang_kernel", where),
+        transformers=_string(data, "transformers", where),
+        required_archs=_strings(data, "required_archs", where),
+        validator=ValidatorSpec(
+            torch=_string(validator, "torch", validator_where),
+            torch_index=_string(validator, "torch_index", validator_where),
+            packages=_strings(validator, "packages", validator_where),
+            stand_ins=_strings(validator, "stand_ins", validator_where),
+        ),
+    )
+
+
+def _mapping(value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise LaneError(f"{where}: expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _check_keys(data: dict[str, Any], expected: set[str], where: str) -> None:
+    """Both directions: a missing key and a misspelt (unknown) key are errors."""
+    missing = sorted(expected - data.keys())
+    unknown = sorted(set(data) - expected)
+    if missing or unknown:
+        parts = [
+            f"missing {', '.join(missing)}" if missing else "",
+            f"unknown {', '.join(unknown)}" if unknown else "",
+        ]
+        raise LaneError(f"{where}: {'; '.join(p for p in parts if p)}")
+
+
+def _string(data: dict[str, Any], key: str, where: str) -> str:
+    """A string value; versions must be quoted in YAML (``cuda: 12.10`` would load as 12.1)."""
+    value = data[key]
+    if not isinstance(value, str):
+        raise LaneError(
+            f"{where}: {key} must be a quoted string, got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def _strings(data: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = data[key]
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise LaneError(f"{where}: {key} must be a list of strings, got {value!r}")
+    return tuple(value)
