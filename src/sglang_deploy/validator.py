@@ -382,9 +382,8 @@ def _python_version(python: str) -> str:
 
 
 def _cache_root(cache_dir: Path | None) -> Path:
-    if cache_dir is not None:
-        return cache_dir
-    return Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "sglang-deploy")
+    root = cache_dir or os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "sglang-deploy"
+    return Path(root).expanduser()
 
 
 def _venv_python(env: Path) -> Path:

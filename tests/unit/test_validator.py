@@ -1,0 +1,409 @@
+"""The flag validator: pure mapping of argparse's verdicts, and the real sglang parsers (slow).
+
+The slow tests build (once, ~1 min each, then cached under ~/.cache/sglang-deploy) a CPU-only venv
+per lane and run the pinned sglang's own argparse in it -- no mocks of sglang. They need a CPU
+torch: by default from PyTorch's CPU index; where that is unreachable (CI, this machine image),
+scripts/test sets SGLANG_DEPLOY_VALIDATOR_TORCH='torch==2.13.0+cpu' (a wheel in pip's find-links)
+and SGLANG_DEPLOY_VALIDATOR_TORCH_INDEX=''.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from seed_004 import SEED_004_FLAGS
+
+from sglang_deploy import validator
+from sglang_deploy.lanes import Lane, load_lane
+from sglang_deploy.validator import (
+    ENV_PYTHON,
+    ENV_TORCH,
+    ENV_TORCH_INDEX,
+    FlagProblem,
+    Option,
+    ProbeAnswer,
+    Segment,
+    ValidationResult,
+    ValidatorError,
+    build_spec,
+    ensure_validator_env,
+    line_problems,
+    problem_from_message,
+    problems_from_answer,
+    split_segments,
+    validate_flags,
+)
+
+ATTENTION = Option(("--attention-backend",), ("fa3", "flashinfer", "triton"))
+OPTIONS = (
+    Option(("-h", "--help"), None),
+    Option(("--model-path", "--model"), None),
+    Option(("--tp-size", "--tensor-parallel-size"), None),
+    Option(("--dsa-decode-backend",), ("fa3", "trtllm")),
+    ATTENTION,
+)
+
+
+def segment(*tokens: str) -> Segment:
+    return Segment(tokens)
+
+
+# --- segments ------------------------------------------------------------------------------------
+
+
+def test_seed_flags_split_into_one_segment_per_flag() -> None:
+    segments = split_segments(SEED_004_FLAGS)
+    assert len(segments) == sum(token.startswith("--") for token in SEED_004_FLAGS) == 19
+    assert segments[0] == segment("--model", "lukealonso/GLM-5-NVFP4")
+    assert [s.flag for s in segments if s.value is None] == [
+        "--trust-remote-code",
+        "--disable-custom-all-reduce",
+        "--enable-flashinfer-allreduce-fusion",
+    ]
+    assert [t for s in segments for t in s.tokens] == SEED_004_FLAGS
+
+
+def test_segments_keep_negative_numbers_and_inline_values_as_values() -> None:
+    segments = split_segments(["stray", "--seed", "-1", "--port=8000", "--x", "-0.5", "-"])
+    assert [(s.flag, s.value) for s in segments] == [
+        ("", "stray"),
+        ("--seed", "-1"),
+        ("--port", "8000"),
+        ("--x", "-0.5 -"),
+    ]
+
+
+# --- argparse messages -> problems -----------------------------------------------------------------
+
+
+def test_invalid_choice_lists_the_parsers_choices_and_the_closest() -> None:
+    message = "argument --attention-backend: invalid choice: 'flashinfr' (choose from 'fa3', ...)"
+    problem = problem_from_message(message, OPTIONS, segment("--attention-backend", "flashinfr"))
+    assert problem == FlagProblem(
+        "--attention-backend",
+        "flashinfr",
+        "invalid choice",
+        ["fa3", "flashinfer", "triton"],
+        "invalid_choice",
+        "flashinfer",
+    )
+
+
+def test_unknown_flag_suggests_the_renamed_one() -> None:
+    message = "unrecognized arguments: --nsa-decode-backend trtllm"
+    problem = problem_from_message(message, OPTIONS, segment("--nsa-decode-backend", "trtllm"))
+    assert (problem.flag, problem.value, problem.kind) == (
+        "--nsa-decode-backend",
+        "trtllm",
+        "unknown_flag",
+    )
+    assert problem.suggestion == "--dsa-decode-backend"
+
+
+def test_unknown_flag_without_a_close_match_has_no_suggestion() -> None:
+    problem = problem_from_message("unrecognized arguments: --zzz", OPTIONS, segment("--zzz"))
+    assert (problem.kind, problem.suggestion, problem.value) == ("unknown_flag", None, None)
+
+
+def test_extra_values_after_a_known_flag() -> None:
+    problem = problem_from_message(
+        "unrecognized arguments: 9", OPTIONS, segment("--tp-size", "8", "9")
+    )
+    assert (problem.flag, problem.kind, problem.message) == (
+        "--tp-size",
+        "invalid_value",
+        "too many values (extra: 9)",
+    )
+
+
+def test_values_that_follow_no_flag() -> None:
+    problem = problem_from_message("unrecognized arguments: stray", OPTIONS, segment("stray"))
+    assert (problem.flag, problem.value, problem.message) == (
+        "",
+        "stray",
+        "values that follow no flag",
+    )
+
+
+@pytest.mark.parametrize(
+    ("message", "tokens", "kind", "text"),
+    [
+        (
+            "argument --mem-fraction-static: invalid float value: 'abc'",
+            ("--mem-fraction-static", "abc"),
+            "invalid_value",
+            "invalid float value",
+        ),
+        (
+            "argument --port: expected one argument",
+            ("--port",),
+            "missing_value",
+            "expected one argument",
+        ),
+        (
+            "argument --trust-remote-code: ignored explicit argument 'yes'",
+            ("--trust-remote-code=yes",),
+            "unexpected_value",
+            "a bare switch takes no value",
+        ),
+        (
+            "ambiguous option: --dis could match --disable-a, --disable-b",
+            ("--dis",),
+            "ambiguous_flag",
+            "ambiguous abbreviation, could match --disable-a, --disable-b",
+        ),
+        (
+            "argument --json-model-override-args: not valid JSON",
+            ("--json-model-override-args", "{"),
+            "invalid_value",
+            "not valid JSON",
+        ),
+        ("ValueError: --foo was removed", ("--foo",), "other", "ValueError: --foo was removed"),
+    ],
+)
+def test_argparse_messages_map_to_kinds(
+    message: str, tokens: tuple[str, ...], kind: str, text: str
+) -> None:
+    problem = problem_from_message(message, OPTIONS, Segment(tokens))
+    assert (problem.flag, problem.kind, problem.message) == (tokens[0].split("=")[0], kind, text)
+
+
+def test_required_options_are_whole_line_problems() -> None:
+    problems = line_problems("the following arguments are required: --model-path/--model, --x")
+    assert [(p.flag, p.kind) for p in problems] == [
+        ("--model-path", "missing_required"),
+        ("--x", "missing_required"),
+    ]
+
+
+def test_answer_reports_every_segment_then_new_whole_line_problems() -> None:
+    segments = split_segments(["--model-path", "--attention-backend", "x", "--tp-size", "8"])
+    answer = ProbeAnswer(
+        sglang_version="0.5.10.post1",
+        segment_errors=(
+            "argument --model-path/--model: expected one argument",
+            "argument --attention-backend: invalid choice: 'x' (choose from ...)",
+            None,
+        ),
+        rest_error="the following arguments are required: --model-path/--model",
+        options=OPTIONS,
+    )
+    problems = problems_from_answer(answer, segments)
+    assert [(p.flag, p.kind) for p in problems] == [
+        ("--model-path", "missing_value"),
+        ("--attention-backend", "invalid_choice"),
+    ]
+
+
+def test_an_accepted_line_has_no_problems() -> None:
+    segments = split_segments(SEED_004_FLAGS)
+    answer = ProbeAnswer("0.5.10.post1", (None,) * len(segments), None, OPTIONS)
+    assert problems_from_answer(answer, segments) == ()
+
+
+# --- messages --------------------------------------------------------------------------------------
+
+
+def test_message_names_host_flag_value_version_choices_and_fix() -> None:
+    problem = FlagProblem(
+        "--attention-backend",
+        "flashinfr",
+        "invalid choice",
+        ["fa3", "flashinfer"],
+        "invalid_choice",
+        "flashinfer",
+    )
+    result = ValidationResult("0.5.10.post1", "cu128", (problem,))
+    assert result.format("gpu-01") == (
+        "host gpu-01: sglang 0.5.10.post1 rejects --attention-backend 'flashinfr': invalid choice; "
+        "did you mean 'flashinfer'? Valid choices: fa3, flashinfer. Fix: set "
+        "sglang_server_flags['attention-backend'] to one of these in inventory (host_vars/group_vars)."
+    )
+
+
+def test_unknown_flag_message_offers_the_rename() -> None:
+    problem = FlagProblem(
+        "--nsa-decode-backend",
+        "trtllm",
+        "unrecognized flag",
+        None,
+        "unknown_flag",
+        "--dsa-decode-backend",
+    )
+    text = ValidationResult("0.5.23", "cu130", (problem,), host="gpu-01").format()
+    assert text.startswith(
+        "host gpu-01: sglang 0.5.23 rejects --nsa-decode-backend 'trtllm': unrecognized flag;"
+    )
+    assert "rename sglang_server_flags['nsa-decode-backend'] to 'dsa-decode-backend'" in text
+
+
+def test_accepted_message() -> None:
+    result = ValidationResult("0.5.10.post1", "cu128", ())
+    assert result.ok
+    assert (
+        result.format("gpu-01")
+        == "host gpu-01: sglang 0.5.10.post1 (lane cu128) accepts the command line."
+    )
+
+
+# --- the venv spec -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cu128() -> Lane:
+    return load_lane("cu128")
+
+
+@pytest.fixture(scope="module")
+def cu130() -> Lane:
+    return load_lane("cu130")
+
+
+def test_spec_defaults_to_the_lanes_cpu_torch(cu128: Lane) -> None:
+    spec = build_spec(cu128, {})
+    assert (spec.torch, spec.torch_index) == (
+        "torch==2.9.1",
+        "https://download.pytorch.org/whl/cpu",
+    )
+    assert (spec.python, spec.python_version) == (
+        sys.executable,
+        f"{sys.version_info[0]}.{sys.version_info[1]}",
+    )
+
+
+def test_torch_override_drops_the_lanes_index_unless_one_is_given(cu128: Lane) -> None:
+    assert build_spec(cu128, {ENV_TORCH: "torch==2.13.0+cpu"}).torch_index == ""
+    spec = build_spec(
+        cu128, {ENV_TORCH: "torch==2.13.0+cpu", ENV_TORCH_INDEX: "https://mirror/cpu"}
+    )
+    assert (spec.torch, spec.torch_index) == ("torch==2.13.0+cpu", "https://mirror/cpu")
+    assert build_spec(cu128, {ENV_TORCH_INDEX: ""}).torch_index == ""
+
+
+def test_marker_ignores_which_python_path_made_the_venv(cu128: Lane) -> None:
+    """A project venv's python and its base python build the same validator venv."""
+    spec = build_spec(cu128, {})
+    assert "python" not in spec.marker()
+    assert spec.marker()["packages"] == list(cu128.validator.packages)
+
+
+def test_a_broken_python_override_is_named(cu128: Lane) -> None:
+    with pytest.raises(ValidatorError, match=ENV_PYTHON):
+        build_spec(cu128, {ENV_PYTHON: "/nonexistent/python"})
+
+
+def test_a_failed_build_leaves_nothing_behind(
+    cu128: Lane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip rejects the requirement at once (no network), after the venv step ran."""
+    monkeypatch.setenv(ENV_TORCH, "torch===")
+    with pytest.raises(ValidatorError, match=r"failed while installing torch==="):
+        ensure_validator_env(cu128, tmp_path)
+    assert [p.name for p in (tmp_path / "validators").iterdir()] == [
+        f"sglang-0.5.10.post1-py{sys.version_info[0]}.{sys.version_info[1]}.lock"
+    ]
+
+
+# --- the real parsers (slow: the cached validator venvs) ------------------------------------------------
+
+
+@pytest.mark.slow
+def test_seed_004_flags_pass_on_0_5_10_post1(cu128: Lane) -> None:
+    result = validate_flags(SEED_004_FLAGS, cu128, "gpu-01")
+    assert result.ok, result.format()
+    assert result.sglang_version == "0.5.10.post1"
+
+
+@pytest.mark.slow
+def test_tp_passes_as_an_abbreviation_of_tp_size_on_0_5_10_post1(cu128: Lane) -> None:
+    argv = ["--tp" if token == "--tp-size" else token for token in SEED_004_FLAGS]
+    assert "--tp" in argv
+    result = validate_flags(argv, cu128)
+    assert result.ok, result.format()
+
+
+@pytest.mark.slow
+def test_nsa_flags_are_rejected_by_0_5_23_with_the_dsa_rename(cu130: Lane) -> None:
+    result = validate_flags(SEED_004_FLAGS, cu130, "gpu-01")
+    assert result.sglang_version == "0.5.23"
+    assert [(p.flag, p.value, p.kind, p.suggestion) for p in result.problems] == [
+        ("--nsa-decode-backend", "trtllm", "unknown_flag", "--dsa-decode-backend"),
+        ("--nsa-prefill-backend", "trtllm", "unknown_flag", "--dsa-prefill-backend"),
+    ]
+    assert "host gpu-01: sglang 0.5.23 rejects --nsa-decode-backend 'trtllm'" in result.format()
+
+
+@pytest.mark.slow
+def test_seed_004_with_dsa_names_passes_on_0_5_23(cu130: Lane) -> None:
+    argv = [token.replace("--nsa-", "--dsa-") for token in SEED_004_FLAGS]
+    result = validate_flags(argv, cu130)
+    assert result.ok, result.format()
+
+
+@pytest.mark.slow
+def test_misspelt_choice_is_rejected_with_the_valid_choices(cu128: Lane) -> None:
+    argv = [*SEED_004_FLAGS, "--attention-backend", "flashinfr"]
+    result = validate_flags(argv, cu128, "gpu-01")
+    (problem,) = result.problems
+    assert (problem.flag, problem.value, problem.kind) == (
+        "--attention-backend",
+        "flashinfr",
+        "invalid_choice",
+    )
+    assert problem.choices is not None and "flashinfer" in problem.choices
+    assert problem.suggestion == "flashinfer"
+    text = result.format()
+    assert text.startswith(
+        "host gpu-01: sglang 0.5.10.post1 rejects --attention-backend 'flashinfr': invalid choice"
+    )
+    assert "flashinfer, " in text and "sglang_server_flags['attention-backend']" in text
+
+
+@pytest.mark.slow
+def test_every_problem_of_a_line_is_reported(cu128: Lane) -> None:
+    argv = [
+        "--model",
+        "m",
+        "--attention-backend",
+        "flashinfr",
+        "--tp-size",
+        "8",
+        "--bogus-flag",
+        "--port",
+    ]
+    result = validate_flags(argv, cu128)
+    assert [(p.flag, p.kind) for p in result.problems] == [
+        ("--attention-backend", "invalid_choice"),
+        ("--bogus-flag", "unknown_flag"),
+        ("--port", "missing_value"),
+    ]
+
+
+@pytest.mark.slow
+def test_bad_type_is_rejected(cu128: Lane) -> None:
+    result = validate_flags([*SEED_004_FLAGS, "--mem-fraction-static", "abc"], cu128)
+    (problem,) = result.problems
+    assert (problem.flag, problem.value, problem.message) == (
+        "--mem-fraction-static",
+        "abc",
+        "invalid float value",
+    )
+
+
+@pytest.mark.slow
+def test_a_missing_model_is_reported_with_other_problems(cu128: Lane) -> None:
+    result = validate_flags(["--tp-size", "eight"], cu128)
+    assert [(p.flag, p.kind) for p in result.problems] == [
+        ("--tp-size", "invalid_value"),
+        ("--model-path", "missing_required"),
+    ]
+
+
+@pytest.mark.slow
+def test_main_exits_0_when_accepted_and_1_when_rejected(capsys: pytest.CaptureFixture[str]) -> None:
+    assert validator.main(["--lane", "cu128", "--host", "gpu-01", "--", *SEED_004_FLAGS]) == 0
+    assert "host gpu-01: sglang 0.5.10.post1 (lane cu128) accepts" in capsys.readouterr().out
+    assert validator.main(["--lane", "cu130", "--", *SEED_004_FLAGS]) == 1
+    assert "rejects --nsa-decode-backend" in capsys.readouterr().out
