@@ -141,7 +141,7 @@ def run_playbook(
     )
     if live and console.is_terminal:
         with Live(view.table(title), console=console, refresh_per_second=4) as screen:
-            kwargs["status_handler"] = lambda *_: screen.update(view.table(title))
+            kwargs["status_handler"] = lambda *_, **__: screen.update(view.table(title))
             kwargs["event_handler"] = lambda e: (view.handle(e), screen.update(view.table(title)))[0]
             result = ansible_runner.run(**kwargs)
     else:
