@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -93,6 +94,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0 if run.rc == 0 else 1
 
 
+# Subcommands that live in their own module under sglang_deploy.commands. Each module defines
+# ``register(subparsers)``, which adds its parser(s) and sets ``func`` (args -> exit status).
+COMMAND_MODULES: tuple[str, ...] = (
+    "nccl_check",
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sglang-deploy",
@@ -113,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     _inventory_args(up)
     up.add_argument("--artifacts", help="ansible-runner artifacts directory (default: artifacts/)")
     up.set_defaults(func=cmd_up)
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"sglang_deploy.commands.{name}").register(sub)
     return parser
 
 

@@ -1,0 +1,6 @@
+"""Subcommands of ``sglang-deploy`` that live in their own module.
+
+Each module here defines ``register(subparsers: argparse._SubParsersAction) -> None``, which adds
+its parser(s) with ``set_defaults(func=...)`` (a function taking the parsed args and returning the
+exit status). ``sglang_deploy.cli.COMMAND_MODULES`` lists the modules, in help order.
+"""

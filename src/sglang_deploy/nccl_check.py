@@ -1,0 +1,278 @@
+"""NCCL all-reduce check: the collective sglang's tensor parallelism depends on, under a given environment.
+
+Run it ON the GPU box with the server's own interpreter (the ml-env has torch), before trusting a new
+NCCL environment or after a driver/topology change::
+
+    /var/lib/sglang/ml-env/bin/python3 nccl_check.py --env-from-unit sglang --compare-p2p-disable
+
+One process per GPU (``torch.multiprocessing``, NCCL backend, rendezvous on 127.0.0.1). Each rank fills
+its buffer with ``rank + 1``; after ``all_reduce(SUM)`` every element must equal ``n(n+1)/2``, so a wrong
+transport shows up as a wrong sum, not as a slow benchmark. Bus bandwidth is reported the way
+nccl-tests does (``algbw * 2(n-1)/n``). With ``NCCL_DEBUG=INFO`` the script collects the lines where NCCL
+says which transport each channel uses (P2P, SHM, NET), so an operator can see whether P2P was tried.
+
+Stdlib + torch only: the project's package is not installed on GPU hosts, so this file is copied there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+DEFAULT_SIZES_MIB = (1, 16, 128, 512)
+# Lines in NCCL_DEBUG=INFO output that name the transport chosen between ranks.
+_TRANSPORT_LINE = re.compile(r"(via (P2P|SHM|NET)[^\s]*|Connected all rings|Using network \w+)")
+_UNIT_ASSIGNMENT = re.compile(r"^Environment=(.*)$")
+_C_ESCAPES = {"n": "\n", "t": "\t"}
+
+
+@dataclass
+class SizeResult:
+    size_bytes: int
+    correct: bool
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+
+
+@dataclass
+class VariantResult:
+    name: str
+    env: dict[str, str]
+    world_size: int
+    ok: bool
+    results: list[SizeResult] = field(default_factory=list)
+    transports: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+def parse_env_assignments(text: str) -> dict[str, str]:
+    """``KEY=VALUE`` pairs from ``systemctl show -p Environment --value`` or a unit's Environment= lines.
+
+    Values may be double-quoted as systemd writes them; no other shell syntax is interpreted.
+    """
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        match = _UNIT_ASSIGNMENT.match(line.strip())
+        payload = match.group(1) if match else line.strip()
+        for word in _split_systemd_words(payload):
+            if match:
+                # In a unit file, Environment= expands specifiers: %% is a literal %.
+                word = word.replace("%%", "%")
+            if "=" in word:
+                key, value = word.split("=", 1)
+                if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                    env[key] = value
+    return env
+
+
+def _split_systemd_words(payload: str) -> list[str]:
+    words: list[str] = []
+    current: list[str] = []
+    quote = ""
+    i = 0
+    while i < len(payload):
+        ch = payload[i]
+        if quote:
+            if ch == "\\" and i + 1 < len(payload):
+                current.append(_C_ESCAPES.get(payload[i + 1], payload[i + 1]))
+                i += 2
+                continue
+            if ch == quote:
+                quote = ""
+            else:
+                current.append(ch)
+        elif ch in "\"'":
+            quote = ch
+        elif ch.isspace():
+            if current:
+                words.append("".join(current))
+                current = []
+        else:
+            current.append(ch)
+        i += 1
+    if current:
+        words.append("".join(current))
+    return words
+
+
+def env_from_unit(unit: str) -> dict[str, str]:
+    """The environment systemd gives ``unit`` (its Environment= lines; EnvironmentFile= holds secrets only)."""
+    proc = subprocess.run(
+        ["systemctl", "show", "--property=Environment", "--value", unit],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return parse_env_assignments(proc.stdout)
+
+
+def bus_bandwidth(size_bytes: int, seconds: float, world_size: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s for an all-reduce, as nccl-tests defines them."""
+    if seconds <= 0:
+        return 0.0, 0.0
+    algbw = size_bytes / seconds / 1e9
+    # One rank moves nothing over a link: nccl-tests reports busbw 0 there too.
+    return algbw, algbw * 2 * (world_size - 1) / world_size
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _worker(rank: int, world_size: int, port: int, sizes: list[int], iters: int, out_dir: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.set_device(rank)
+    dist.init_process_group(
+        "nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+        device_id=torch.device("cuda", rank),
+    )
+    expected = world_size * (world_size + 1) / 2
+    results = []
+    for size in sizes:
+        numel = size // 4
+        buf = torch.empty(numel, dtype=torch.float32, device="cuda")
+        # Warm-up builds the communicator's channels for this size.
+        buf.fill_(rank + 1)
+        dist.all_reduce(buf)
+        correct = bool(torch.all(buf == expected).item())
+        torch.cuda.synchronize()
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(buf)
+        torch.cuda.synchronize()
+        elapsed = (time.perf_counter() - start) / iters
+        results.append({"size_bytes": numel * 4, "correct": correct, "seconds": elapsed})
+    dist.destroy_process_group()
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
+
+
+def _run_variant_child(args: argparse.Namespace) -> int:
+    """Inside the child process (environment already applied): spawn one worker per GPU."""
+    import torch
+    import torch.multiprocessing as mp
+
+    world_size = args.gpus or torch.cuda.device_count()
+    if world_size < 1:
+        print("no CUDA device visible", file=sys.stderr)
+        return 2
+    sizes = [int(mib * 1024 * 1024) for mib in args.sizes_mib]
+    port = _free_port()
+    mp.spawn(_worker, args=(world_size, port, sizes, args.iters, args.child_out), nprocs=world_size, join=True)
+    per_rank = [json.loads(Path(args.child_out, f"rank{r}.json").read_text()) for r in range(world_size)]
+    summary = []
+    for i, first in enumerate(per_rank[0]):
+        seconds = max(rank[i]["seconds"] for rank in per_rank)
+        algbw, busbw = bus_bandwidth(first["size_bytes"], seconds, world_size)
+        summary.append(
+            asdict(
+                SizeResult(
+                    size_bytes=first["size_bytes"],
+                    correct=all(rank[i]["correct"] for rank in per_rank),
+                    time_us=seconds * 1e6,
+                    algbw_gbps=algbw,
+                    busbw_gbps=busbw,
+                )
+            )
+        )
+    Path(args.child_out, "summary.json").write_text(json.dumps({"world_size": world_size, "results": summary}))
+    return 0
+
+
+def run_variant(name: str, env: dict[str, str], args: argparse.Namespace) -> VariantResult:
+    """One all-reduce run in a fresh process with exactly ``env`` layered over the current environment."""
+    with tempfile.TemporaryDirectory(prefix="nccl-check-") as out_dir:
+        child_env = {**os.environ, **env, "NCCL_DEBUG": env.get("NCCL_DEBUG", "INFO")}
+        cmd = [sys.executable, os.path.abspath(__file__), "--_child", out_dir, "--iters", str(args.iters)]
+        cmd += ["--sizes-mib", *[str(s) for s in args.sizes_mib]]
+        if args.gpus:
+            cmd += ["--gpus", str(args.gpus)]
+        proc = subprocess.run(cmd, env=child_env, capture_output=True, text=True, timeout=args.timeout, check=False)
+        log = proc.stdout + proc.stderr
+        transports = sorted({m.group(0) for m in _TRANSPORT_LINE.finditer(log)})
+        summary_path = Path(out_dir, "summary.json")
+        if proc.returncode != 0 or not summary_path.exists():
+            tail = "\n".join(log.splitlines()[-30:])
+            return VariantResult(name, env, 0, False, transports=transports, error=f"exit {proc.returncode}\n{tail}")
+        summary = json.loads(summary_path.read_text())
+        results = [SizeResult(**r) for r in summary["results"]]
+        ok = all(r.correct for r in results)
+        return VariantResult(name, env, summary["world_size"], ok, results, transports)
+
+
+def format_variant(result: VariantResult) -> str:
+    lines = [f"== {result.name}: world size {result.world_size}, {'OK' if result.ok else 'FAILED'}"]
+    nccl_env = {k: v for k, v in result.env.items() if k.startswith("NCCL_") or k == "OMP_NUM_THREADS"}
+    lines.append("   env: " + (" ".join(f"{k}={v}" for k, v in sorted(nccl_env.items())) or "(none)"))
+    if result.error:
+        lines.append("   error: " + result.error)
+    lines.append(f"   {'size':>10} {'correct':>8} {'time us':>10} {'algbw GB/s':>11} {'busbw GB/s':>11}")
+    for r in result.results:
+        lines.append(
+            f"   {r.size_bytes / 2**20:>8.0f}Mi {str(r.correct):>8} {r.time_us:>10.1f}"
+            f" {r.algbw_gbps:>11.2f} {r.busbw_gbps:>11.2f}"
+        )
+    if result.transports:
+        lines.append("   transports: " + "; ".join(result.transports))
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--env-from-unit", metavar="UNIT", help="use the Environment= of this systemd unit")
+    source.add_argument("--env-from-file", metavar="FILE", help="KEY=VALUE lines or a rendered unit file")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="add/override a variable")
+    parser.add_argument("--compare-p2p-disable", action="store_true", help="run again with NCCL_P2P_DISABLE=1")
+    parser.add_argument("--gpus", type=int, default=0, help="world size (default: every visible GPU)")
+    parser.add_argument("--sizes-mib", type=float, nargs="+", default=list(DEFAULT_SIZES_MIB))
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per variant before it is killed")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--_child", dest="child_out", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.child_out:
+        return _run_variant_child(args)
+    env: dict[str, str] = {}
+    if args.env_from_unit:
+        env = env_from_unit(args.env_from_unit)
+    elif args.env_from_file:
+        env = parse_env_assignments(Path(args.env_from_file).read_text())
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"--env {item!r}: expected KEY=VALUE", file=sys.stderr)
+            return 2
+        env[key] = value
+    variants = [("unit environment", env)]
+    if args.compare_p2p_disable:
+        variants.append(("unit environment + NCCL_P2P_DISABLE=1", {**env, "NCCL_P2P_DISABLE": "1"}))
+    results = [run_variant(name, variant_env, args) for name, variant_env in variants]
+    if args.json:
+        print(json.dumps([asdict(r) for r in results], indent=2))
+    else:
+        print("\n".join(format_variant(r) for r in results))
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""The NCCL check's environment parsing and bandwidth arithmetic (the run itself needs GPUs: see README)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from sglang_deploy import nccl_check, systemd
+from sglang_deploy.launch import LaunchConfig
+
+
+def test_unit_environment_lines_round_trip():
+    env = {"NCCL_P2P_LEVEL": "PHB", "ODD": 'a b %h "q" it\'s\ttab', "EMPTY": ""}
+    unit = "\n".join(f"Environment={systemd.environment_assignment(k, v)}" for k, v in env.items())
+    assert nccl_check.parse_env_assignments(unit) == env
+
+
+def test_profile_environment_as_rendered(profile):
+    launch = LaunchConfig.from_vars(
+        profile["sglang_server_flags"], python="/venv/bin/python3", env=profile["sglang_server_env"]
+    )
+    unit = "\n".join(f"Environment={line}" for line in launch.environment_assignments())
+    env = nccl_check.parse_env_assignments(unit)
+    assert env["NCCL_P2P_LEVEL"] == "PHB"
+    assert env["NCCL_IB_DISABLE"] == "1"
+    assert env["NCCL_MIN_NCHANNELS"] == "8"
+    assert "NCCL_P2P_DISABLE" not in env
+
+
+def test_systemctl_show_value_format():
+    # `systemctl show -p Environment --value` prints one line, quoting values that need it.
+    line = 'NCCL_IB_DISABLE=1 "PATH=/a b/bin:/usr/bin" OMP_NUM_THREADS=8'
+    assert nccl_check.parse_env_assignments(line) == {
+        "NCCL_IB_DISABLE": "1",
+        "PATH": "/a b/bin:/usr/bin",
+        "OMP_NUM_THREADS": "8",
+    }
+
+
+@pytest.mark.parametrize(
+    ("world", "busbw"),
+    [(1, 0.0), (2, 1.0), (8, 1.75)],
+)
+def test_bus_bandwidth_matches_nccl_tests(world, busbw):
+    algbw, bus = nccl_check.bus_bandwidth(10**9, 1.0, world)
+    assert algbw == pytest.approx(1.0)
+    assert bus == pytest.approx(busbw)
+
+
+def test_bad_env_argument_is_rejected():
+    proc = subprocess.run(
+        [sys.executable, nccl_check.__file__, "--env", "NOEQUALS"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    assert "expected KEY=VALUE" in proc.stderr
