@@ -7,6 +7,7 @@ naming the file and the key, instead of surfacing later as a wrong install.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -40,6 +41,41 @@ class ValidatorSpec:
 
 
 @dataclass(frozen=True)
+class Override:
+    """A requirement that replaces every other constraint on its package, and why."""
+
+    requirement: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class LockSpec:
+    """What the lane's ml-env lock is resolved from (``sglang-deploy lock``; see lock.py).
+
+    One lock file is made per Python in ``pythons`` for ``platform``, from ``index_url`` as it
+    was at ``exclude_newer`` (so re-resolving the same inputs gives the same lock; "" = no
+    cut-off, for an index without upload dates). ``overrides`` win over any package's own pins
+    (uv ``--overrides``), each with its reason.
+    """
+
+    pythons: tuple[str, ...]
+    platform: str
+    index_url: str
+    exclude_newer: str
+    requirements: tuple[str, ...]
+    overrides: tuple[Override, ...]
+
+
+@dataclass(frozen=True)
+class KernelExemption:
+    """A kernels object (path under site-packages; ``**/*.cubin`` = a directory's bare cubins) that is
+    known to lack the lane's required archs, and why the lane still serves without it."""
+
+    object: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Lane:
     """One stack lane, as checked against PyPI metadata."""
 
@@ -51,6 +87,13 @@ class Lane:
     transformers: str
     required_archs: tuple[str, ...]
     validator: ValidatorSpec
+    lock: LockSpec | None = None
+    """The ml-env lock's inputs; a lane without one can validate flags but not build an ml-env."""
+    kernel_exemptions: tuple[KernelExemption, ...] = ()
+    """Objects the kernel proof accepts without ``required_archs`` (it checks that they still lack them)."""
+
+
+_OPTIONAL_LANE_KEYS = frozenset({"lock", "kernel_exemptions"})
 
 
 def _lane_dir() -> Traversable:
@@ -80,7 +123,7 @@ def load_lane(name: str) -> Lane:
 
 
 def _parse_lane(data: dict[str, Any], where: str) -> Lane:
-    _check_keys(data, set(Lane.__dataclass_fields__), where)
+    _check_keys(data, set(Lane.__dataclass_fields__), where, optional=_OPTIONAL_LANE_KEYS)
     validator_where = f"{where}: validator"
     validator = _mapping(data["validator"], validator_where)
     _check_keys(validator, set(ValidatorSpec.__dataclass_fields__), validator_where)
@@ -98,7 +141,52 @@ def _parse_lane(data: dict[str, Any], where: str) -> Lane:
             packages=_strings(validator, "packages", validator_where),
             stand_ins=_strings(validator, "stand_ins", validator_where),
         ),
+        lock=_parse_lock(data["lock"], f"{where}: lock") if "lock" in data else None,
+        kernel_exemptions=tuple(
+            KernelExemption(object=_string(item, "object", item_where), reason=_string(item, "reason", item_where))
+            for item, item_where in _reasoned_items(
+                data.get("kernel_exemptions", []), KernelExemption, "kernel_exemptions", where
+            )
+        ),
     )
+
+
+def _reasoned_items(value: object, kind: type, name: str, where: str) -> list[tuple[dict[str, Any], str]]:
+    """The entries of the list ``name`` of ``{..., reason}`` mappings, each checked for its keys and a reason."""
+    if not isinstance(value, list):
+        raise LaneError(f"{where}: {name} must be a list, got {value!r}")
+    items = []
+    for index, item in enumerate(value):
+        item_where = f"{where}: {name}[{index}]"
+        entry = _mapping(item, item_where)
+        _check_keys(entry, set(kind.__dataclass_fields__), item_where)
+        if not isinstance(entry["reason"], str) or not entry["reason"].strip():
+            raise LaneError(f"{item_where}: reason is empty; say why")
+        items.append((entry, item_where))
+    return items
+
+
+def _parse_lock(value: object, where: str) -> LockSpec:
+    data = _mapping(value, where)
+    _check_keys(data, set(LockSpec.__dataclass_fields__), where)
+    overrides = [
+        Override(requirement=_string(item, "requirement", item_where), reason=_string(item, "reason", item_where))
+        for item, item_where in _reasoned_items(data["overrides"], Override, "overrides", where)
+    ]
+    spec = LockSpec(
+        pythons=_strings(data, "pythons", where),
+        platform=_string(data, "platform", where),
+        index_url=_string(data, "index_url", where),
+        exclude_newer=_string(data, "exclude_newer", where),
+        requirements=_strings(data, "requirements", where),
+        overrides=tuple(overrides),
+    )
+    for python in spec.pythons:
+        if not re.fullmatch(r"3\.\d+", python):
+            raise LaneError(f"{where}: pythons entry {python!r} is not a minor version such as \"3.12\"")
+    if not spec.pythons or not spec.requirements:
+        raise LaneError(f"{where}: pythons and requirements must not be empty")
+    return spec
 
 
 def _mapping(value: object, where: str) -> dict[str, Any]:
@@ -107,9 +195,11 @@ def _mapping(value: object, where: str) -> dict[str, Any]:
     return value
 
 
-def _check_keys(data: dict[str, Any], expected: set[str], where: str) -> None:
+def _check_keys(
+    data: dict[str, Any], expected: set[str], where: str, optional: frozenset[str] = frozenset()
+) -> None:
     """Both directions: a missing key and a misspelt (unknown) key are errors."""
-    missing = sorted(expected - data.keys())
+    missing = sorted(expected - optional - data.keys())
     unknown = sorted(set(data) - expected)
     if missing or unknown:
         parts = [
