@@ -1,0 +1,110 @@
+"""Model weights on a host after the hf_model role: complete, as the source listed them, read-only to the server.
+
+Every `<models root>/<org>--<name>/<revision>.manifest.json` the role recorded names a model directory;
+each must hold every listed file at its listed size and pass the role's own checker. Used by molecule
+(hf_model scenario) and by playbooks/verify.yml against a real host. The models root and the checker's
+path follow the role's defaults; SGLANG_DEPLOY_MODELS_ROOT / SGLANG_DEPLOY_WEIGHTS_CHECKER /
+SGLANG_DEPLOY_HF_TOKEN_FILE override them, and SGLANG_DEPLOY_EXPECT_HF_TOKEN=1 requires the token file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+MODELS_ROOT = os.environ.get("SGLANG_DEPLOY_MODELS_ROOT", "/var/lib/sglang/models")
+CHECKER = os.environ.get("SGLANG_DEPLOY_WEIGHTS_CHECKER", "/usr/local/libexec/sglang-deploy/weights.py")
+TOKEN_FILE = os.environ.get("SGLANG_DEPLOY_HF_TOKEN_FILE", "/etc/sglang-deploy/hf_token")
+
+
+def _manifests(host) -> list[str]:  # type: ignore[no-untyped-def]
+    found = host.run("find %s -mindepth 2 -maxdepth 2 -name '*.manifest.json' -type f", MODELS_ROOT)
+    assert found.rc == 0, found.stderr
+    paths = sorted(found.stdout.split())
+    assert paths, f"no model recorded under {MODELS_ROOT}: the hf_model role has not run"
+    return paths
+
+
+def _load(host, manifest_path: str) -> dict:  # type: ignore[no-untyped-def]
+    return json.loads(host.file(manifest_path).content_string)
+
+
+def test_checker_is_installed_root_owned(host):
+    checker = host.file(CHECKER)
+    assert checker.is_file
+    assert (checker.user, checker.group, checker.mode) == ("root", "root", 0o755)
+
+
+def test_every_recorded_model_is_complete_by_the_checker(host):
+    for manifest in _manifests(host):
+        model_dir = manifest.removesuffix(".manifest.json")
+        result = host.run("python3 %s check %s --manifest %s --json", CHECKER, model_dir, manifest)
+        assert result.rc == 0, f"{model_dir}:\n{result.stdout}{result.stderr}"
+        report = json.loads(result.stdout)
+        assert report["complete"] is True
+        shards = [f["name"] for f in report["files"] if f["name"].endswith(".safetensors")]
+        assert shards, f"{model_dir}: no safetensors shard checked"
+
+
+def test_every_listed_file_has_the_source_size_and_server_readable_modes(host):
+    for manifest_path in _manifests(host):
+        manifest = _load(host, manifest_path)
+        model_dir = manifest_path.removesuffix(".manifest.json")
+        assert model_dir.endswith("/" + manifest["revision"])
+        assert model_dir.split("/")[-2] == manifest["repo"].replace("/", "--")
+        assert manifest["total_bytes"] == sum(manifest["files"].values())
+        directory = host.file(model_dir)
+        assert directory.is_directory and directory.mode == 0o755
+        owner = directory.user
+        for name, size in manifest["files"].items():
+            target = host.file(f"{model_dir}/{name}")
+            assert target.is_file, f"{name} missing in {model_dir}"
+            assert target.size == size, f"{name}: {target.size} bytes, the source has {size}"
+            assert target.user == owner
+            # Readable by the server's user, writable by nobody but the owner.
+            assert target.mode & 0o444 == 0o444 and target.mode & 0o022 == 0, f"{name}: mode {oct(target.mode)}"
+
+
+def test_index_names_only_shards_that_are_there(host):
+    for manifest_path in _manifests(host):
+        model_dir = manifest_path.removesuffix(".manifest.json")
+        index = json.loads(host.file(f"{model_dir}/model.safetensors.index.json").content_string)
+        shards = set(index["weight_map"].values())
+        assert shards and shards <= set(_load(host, manifest_path)["files"])
+
+
+@pytest.fixture()
+def damaged_copy(host):  # type: ignore[no-untyped-def]
+    """A scratch copy of the first recorded model with its last shard cut short (removed afterwards)."""
+    manifest_path = _manifests(host)[0]
+    model_dir = manifest_path.removesuffix(".manifest.json")
+    shard = sorted(n for n in _load(host, manifest_path)["files"] if n.endswith(".safetensors"))[-1]
+    scratch = host.run("mktemp -d").stdout.strip()
+    assert host.run("cp -a %s/. %s/", model_dir, scratch).rc == 0
+    assert host.run("truncate --size=-1 %s/%s", scratch, shard).rc == 0
+    yield scratch, shard
+    host.run("rm -rf %s", scratch)
+
+
+def test_checker_on_the_host_finds_a_shard_one_byte_short(host, damaged_copy):
+    scratch, shard = damaged_copy
+    result = host.run("python3 %s check %s", CHECKER, scratch)
+    assert result.rc == 1
+    assert f"{shard}: truncated" in result.stdout
+
+
+def test_hub_token_is_only_in_a_root_only_file(host):
+    """The token of a hub/mirror fetch lands in a 0600 file that only its owner can open, nowhere else."""
+    token_file = host.file(TOKEN_FILE)
+    if os.environ.get("SGLANG_DEPLOY_EXPECT_HF_TOKEN") == "1":
+        assert token_file.exists, f"{TOKEN_FILE} missing although this host fetched with a token"
+    if token_file.exists:
+        assert token_file.mode == 0o600
+        assert host.file(os.path.dirname(TOKEN_FILE)).mode & 0o044 == 0
+        token = token_file.content_string.strip()
+        assert token
+        # Not in any file the role wrote for everyone to read.
+        leaked = host.run("grep -rlF -- %s %s %s", token, MODELS_ROOT, os.path.dirname(CHECKER))
+        assert leaked.rc == 1, f"token found in: {leaked.stdout}"
