@@ -1,0 +1,83 @@
+"""Filters for roles/preflight: each one is a single call into ``sglang_deploy.preflight``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from sglang_deploy import gpufacts, preflight
+    from sglang_deploy.lanes import LaneError, load_lane
+    from sglang_deploy.launch import LaunchConfig, LaunchConfigError
+except ImportError as exc:  # a clear message beats a bare "no filter named preflight_problems"
+    raise ImportError(
+        "the sglang_deploy package is not importable by this Ansible's Python. "
+        "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
+    ) from exc
+
+
+def _inputs(
+    facts: Any, launch: Any, settings: Any, host: str
+) -> tuple[gpufacts.GpuFacts, LaunchConfig, preflight.PreflightSettings]:
+    try:
+        parsed = gpufacts.GpuFacts.from_dict(dict(facts))
+        config = LaunchConfig.from_vars(
+            launch.get("flags"),
+            python="python3",  # the interpreter plays no part in the checks
+            flags_override=launch.get("flags_override"),
+            env=launch.get("env"),
+            env_override=launch.get("env_override"),
+            secret_env_names=list(launch.get("secret_env_names") or []),
+        )
+        values = dict(settings)
+        lane = str(values.pop("lane"))
+        checked = preflight.settings_from_vars(cuda=load_lane(lane).cuda, **values)
+    except (LaunchConfigError, LaneError, preflight.PreflightError, TypeError, KeyError) as err:
+        raise AnsibleFilterError(f"host {host}: preflight: {err}") from None
+    return parsed, config, checked
+
+
+def preflight_problems(
+    facts: Any,
+    launch: Any,
+    settings: Any,
+    checks: Any = None,
+    unit_active: bool = False,
+    host: str = "?",
+) -> list[str]:
+    """Messages of every failed check ("host H: preflight check C failed: FOUND. Fix: ...")."""
+    parsed, config, checked = _inputs(facts, launch, settings, host)
+    try:
+        problems = preflight.evaluate(
+            parsed,
+            config,
+            checked,
+            checks=list(checks) if checks else preflight.ALL_CHECKS,
+            unit_active=bool(unit_active),
+        )
+    except (preflight.PreflightError, ValueError) as err:
+        raise AnsibleFilterError(f"host {host}: preflight: {err}") from None
+    return [p.message(host) for p in problems]
+
+
+def preflight_p2p_adjustments(
+    facts: Any, launch: Any, settings: Any, host: str = "?"
+) -> dict[str, dict[str, Any]]:
+    """{flags: {...}, env: {...}} the launch needs for GPUs without peer-to-peer."""
+    parsed, config, _ = _inputs(facts, launch, settings, host)
+    return preflight.p2p_adjustments(parsed, config)
+
+
+def preflight_gpufacts_source(_: Any = None) -> str:
+    """Path of gpufacts.py in the installed package: the file the role copies to hosts."""
+    return str(gpufacts.__file__)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "preflight_problems": preflight_problems,
+            "preflight_p2p_adjustments": preflight_p2p_adjustments,
+            "preflight_gpufacts_source": preflight_gpufacts_source,
+        }

@@ -1,0 +1,373 @@
+"""Preflight: the checks that stop the seeds' failures before a 10-minute model load.
+
+Input: the host's facts from ``gpufacts.py facts --json --disk /dev/shm --disk WEIGHTS_DIR`` (run on
+the host by roles/preflight), the launch configuration the server will get (the same
+:class:`~sglang_deploy.launch.LaunchConfig` the unit is rendered from) and the limits in
+:class:`PreflightSettings`. Output: every :class:`Problem` at once, each naming the check, what was
+found and the fix; the role prefixes the host and fails.
+
+What counts as "NCCL will not try peer-to-peer" (check ``p2p``):
+  * ``NCCL_P2P_DISABLE=1`` — the P2P transport is off; NCCL uses SHM (or NET) between GPUs.
+  * ``NCCL_P2P_LEVEL=LOC`` (or ``0``) — P2P only within one GPU, i.e. never between two.
+  Not accepted: ``NCCL_P2P_LEVEL=PHB`` (what the seeds ran with) and other levels. They let NCCL pick
+  P2P for every pair whose PCIe path is within that level and then ask the driver
+  (``cudaDeviceCanAccessPeer``). On the seed box the driver answers "no" (the ``NS`` in
+  ``topo -p2p r``), so NCCL fell back to SHM and the seeds worked — but the setting itself still
+  tries P2P, and a driver or hypervisor change that made the answer "yes" over a passthrough path
+  without working peer access would give hangs or wrong all-reduce sums rather than an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sglang_deploy.gpufacts import (
+    HEALTH_FIX,
+    IDLE_FIX,
+    GpuFacts,
+    busy_problems,
+    health_problems,
+    version_tuple,
+)
+from sglang_deploy.launch import LaunchConfig
+
+# Minimum Linux driver of each CUDA toolkit release (NVIDIA CUDA Toolkit release notes, table
+# "CUDA Toolkit and Corresponding Driver Versions", GA releases). Minor-version compatibility would
+# run 12.x code on >= 525.60.13, but not PTX built by a newer toolkit, and the lanes JIT-compile
+# (flashinfer, triton) with their own toolkit — so the GA driver is the floor.
+CUDA_MIN_DRIVER: dict[str, str] = {
+    "12.8": "570.26",
+    "12.9": "575.51.03",
+    "13.0": "580.65.06",
+}
+
+ALL_CHECKS: tuple[str, ...] = (
+    "nvidia-smi",
+    "gpu-health",
+    "gpu-count",
+    "compute-capability",
+    "driver",
+    "p2p",
+    "shm",
+    "weights-disk",
+    "gpu-idle",
+)
+# Before a (re)start of the service: everything that can change while the host runs.
+GPU_CHECKS: tuple[str, ...] = tuple(c for c in ALL_CHECKS if c != "weights-disk")
+
+NCCL_P2P_OFF_LEVELS = ("LOC", "0")
+CUSTOM_ALL_REDUCE_FLAG = "disable-custom-all-reduce"
+
+
+class PreflightError(ValueError):
+    """Settings that cannot be checked (bad variable values); the message names the variable."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    check: str
+    found: str
+    fix: str
+
+    def message(self, host: str) -> str:
+        return f"host {host}: preflight check {self.check} failed: {self.found}. Fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class PreflightSettings:
+    """The role's variables, checked. ``min_driver`` empty = the lane CUDA release's floor."""
+
+    compute_capability: str
+    cuda: str
+    min_driver: str = ""
+    gpu_max_used_mib: int = 1024
+    require_idle: bool = True
+    shm_path: str = "/dev/shm"
+    shm_min_free_mib: int = 8192
+    weights_path: str = ""
+    weights_min_gib: int = 0
+
+    @property
+    def driver_floor(self) -> str:
+        if self.min_driver:
+            return self.min_driver
+        floor = CUDA_MIN_DRIVER.get(self.cuda)
+        if floor is None:
+            known = ", ".join(sorted(CUDA_MIN_DRIVER))
+            raise PreflightError(
+                f"no known minimum driver for CUDA {self.cuda} (known: {known}); set "
+                "preflight_min_driver_version to the driver NVIDIA's release notes give for it"
+            )
+        return floor
+
+
+def nccl_p2p_off(environment: Mapping[str, str]) -> bool:
+    """Whether this environment keeps NCCL from trying peer-to-peer (see the module text)."""
+    if environment.get("NCCL_P2P_DISABLE", "").strip() == "1":
+        return True
+    return environment.get("NCCL_P2P_LEVEL", "").strip().upper() in NCCL_P2P_OFF_LEVELS
+
+
+def visible_gpu_count(facts: GpuFacts, environment: Mapping[str, str]) -> tuple[int, str]:
+    """Usable GPUs the server will see, and how they were counted."""
+    healthy = facts.healthy_gpus()
+    visible = environment.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return len(healthy), f"{len(healthy)} usable GPU(s) of {facts.gpu_count} listed"
+    wanted = [v.strip() for v in visible.split(",") if v.strip()]
+    usable = {str(g.index) for g in healthy} | {g.uuid for g in healthy if g.uuid}
+    count = sum(1 for v in wanted if v in usable)
+    return count, f"{count} usable GPU(s) in CUDA_VISIBLE_DEVICES={visible}"
+
+
+def _gpus_of_launch(facts: GpuFacts, tp: int) -> set[int]:
+    return {g.index for g in facts.healthy_gpus()[: max(tp, 1)]}
+
+
+def evaluate(
+    facts: GpuFacts,
+    launch: LaunchConfig,
+    settings: PreflightSettings,
+    checks: Iterable[str] = ALL_CHECKS,
+    unit_active: bool = False,
+) -> list[Problem]:
+    """Every failed check. ``unit_active``: the service already runs, so its GPU use is expected."""
+    wanted = set(checks)
+    unknown = wanted - set(ALL_CHECKS)
+    if unknown:
+        raise PreflightError(
+            f"preflight_checks has unknown checks {sorted(unknown)}; known: {', '.join(ALL_CHECKS)}"
+        )
+    env = dict(launch.environment)
+    problems: list[Problem] = []
+
+    if "nvidia-smi" in wanted and facts.errors:
+        problems.append(
+            Problem(
+                "nvidia-smi",
+                "; ".join(facts.errors),
+                "install and load the NVIDIA driver (the nvidia_driver role); after a driver "
+                "upgrade reboot; exit 15 means a GPU fell off the bus (reset or reboot the VM)",
+            )
+        )
+    if "gpu-health" in wanted:
+        problems.extend(
+            Problem("gpu-health", p, HEALTH_FIX[len("Fix: ") :]) for p in health_problems(facts)
+        )
+
+    tp = launch.tp_size
+    if "gpu-count" in wanted:
+        count, how = visible_gpu_count(facts, env)
+        if count < tp:
+            problems.append(
+                Problem(
+                    "gpu-count",
+                    f"{how}, but the launch has tp-size {tp}",
+                    f"attach all GPUs to the VM (Proxmox hostpci entries) and check `nvidia-smi -L`, "
+                    f"or lower tp-size in sglang_server_flags_override to at most {count}",
+                )
+            )
+
+    if "compute-capability" in wanted:
+        other = {
+            g.index: g.compute_cap
+            for g in facts.gpus
+            if g.compute_cap is not None and g.compute_cap != settings.compute_capability
+        }
+        if other:
+            problems.append(
+                Problem(
+                    "compute-capability",
+                    f"GPU compute capability {other} (index: cc), the lane's kernels are built for "
+                    f"{settings.compute_capability}",
+                    "run on GPUs of that architecture, or pick a lane whose kernels carry this "
+                    "one and set preflight_compute_capability to it",
+                )
+            )
+
+    if "driver" in wanted:
+        floor = settings.driver_floor
+        found = facts.driver_version
+        if found is None:
+            if not facts.errors:
+                problems.append(
+                    Problem(
+                        "driver", "nvidia-smi reported no driver version", "reinstall the driver"
+                    )
+                )
+        elif version_tuple(found) < version_tuple(floor):
+            problems.append(
+                Problem(
+                    "driver",
+                    f"driver {found} is older than {floor}, the minimum for CUDA {settings.cuda}",
+                    f"install driver >= {floor} (the nvidia_driver role's version variable) and "
+                    "reboot, or use a lane built for an older CUDA",
+                )
+            )
+
+    if "p2p" in wanted:
+        gpus = _gpus_of_launch(facts, tp)
+        not_ok = sorted(
+            {
+                link.status
+                for link in facts.p2p_read
+                if {link.gpu, link.peer} <= gpus and link.status != "OK"
+            }
+        )
+        if tp > 1 and not_ok:
+            missing = []
+            flag = launch.flag(CUSTOM_ALL_REDUCE_FLAG)
+            if flag is None or flag.value is not True:
+                missing.append(
+                    f"flag --{CUSTOM_ALL_REDUCE_FLAG} (sglang_server_flags: {CUSTOM_ALL_REDUCE_FLAG}: true)"
+                )
+            if not nccl_p2p_off(env):
+                level = env.get("NCCL_P2P_LEVEL")
+                missing.append(
+                    'NCCL_P2P_DISABLE: "1" in sglang_server_env'
+                    + (f" (NCCL_P2P_LEVEL={level} still lets NCCL try P2P)" if level else "")
+                )
+            if missing:
+                problems.append(
+                    Problem(
+                        "p2p",
+                        f"nvidia-smi topo -p2p r reports {'/'.join(not_ok)} (not OK) between the "
+                        f"{len(gpus)} GPUs of tp-size {tp}, and the launch lacks "
+                        + " and ".join(missing),
+                        "add "
+                        + " and ".join(missing)
+                        + " (or set preflight_p2p_adjust: true to have preflight add them for this run)",
+                    )
+                )
+
+    if "shm" in wanted:
+        shm = next((d for d in facts.disks if d.path == settings.shm_path), None)
+        if shm is None:
+            problems.append(
+                Problem(
+                    "shm",
+                    f"{settings.shm_path} was not measured",
+                    "run gpufacts.py facts with --disk " + settings.shm_path,
+                )
+            )
+        elif shm.measured_path != settings.shm_path:
+            problems.append(
+                Problem(
+                    "shm",
+                    f"{settings.shm_path} does not exist",
+                    "mount a tmpfs on /dev/shm (systemd does by default)",
+                )
+            )
+        elif shm.free_mib < settings.shm_min_free_mib:
+            problems.append(
+                Problem(
+                    "shm",
+                    f"{settings.shm_path} has {shm.free_mib} MiB free of {shm.size_mib} MiB, "
+                    f"below {settings.shm_min_free_mib} MiB (NCCL's SHM transport and sglang's "
+                    "inter-process tensors live there)",
+                    f"remove stale files of killed servers (/dev/shm/nccl-*, /dev/shm/sem.*) or "
+                    f"enlarge it (`mount -o remount,size=32G {settings.shm_path}`; a container: "
+                    "--shm-size)",
+                )
+            )
+
+    if "weights-disk" in wanted and settings.weights_min_gib > 0:
+        disk = next((d for d in facts.disks if d.path == settings.weights_path), None)
+        need_mib = settings.weights_min_gib * 1024
+        if disk is None:
+            problems.append(
+                Problem(
+                    "weights-disk",
+                    f"{settings.weights_path} was not measured",
+                    "run gpufacts.py facts with --disk PATH",
+                )
+            )
+        elif disk.free_mib + disk.path_mib < need_mib:
+            problems.append(
+                Problem(
+                    "weights-disk",
+                    f"{disk.measured_path} (for {settings.weights_path}) has {disk.free_mib // 1024} GiB "
+                    f"free and {disk.path_mib // 1024} GiB already under {settings.weights_path}; the "
+                    f"weights need {settings.weights_min_gib} GiB",
+                    "free space there, or point the weights directory (preflight_weights_path and "
+                    "the model role's directory) at a filesystem with room",
+                )
+            )
+
+    if "gpu-idle" in wanted and settings.require_idle and not unit_active:
+        problems.extend(
+            Problem("gpu-idle", p, IDLE_FIX[len("Fix: ") :])
+            for p in busy_problems(facts, settings.gpu_max_used_mib)
+        )
+    return problems
+
+
+def p2p_adjustments(facts: GpuFacts, launch: LaunchConfig) -> dict[str, dict[str, Any]]:
+    """Overrides that make the launch pass check ``p2p`` (for ``preflight_p2p_adjust: true``).
+
+    ``{"flags": {...}, "env": {...}}`` to merge into sglang_server_flags_override /
+    sglang_server_env_override; empty mappings when nothing is needed.
+    """
+    tp = launch.tp_size
+    gpus = _gpus_of_launch(facts, tp)
+    needed = tp > 1 and any(
+        link.status != "OK" for link in facts.p2p_read if {link.gpu, link.peer} <= gpus
+    )
+    flags: dict[str, Any] = {}
+    env: dict[str, Any] = {}
+    if needed:
+        flag = launch.flag(CUSTOM_ALL_REDUCE_FLAG)
+        if flag is None or flag.value is not True:
+            flags[CUSTOM_ALL_REDUCE_FLAG] = True
+        if not nccl_p2p_off(dict(launch.environment)):
+            env["NCCL_P2P_DISABLE"] = "1"
+    return {"flags": flags, "env": env}
+
+
+def settings_from_vars(
+    *,
+    compute_capability: Any,
+    cuda: str,
+    min_driver: Any = "",
+    gpu_max_used_mib: Any = 1024,
+    require_idle: Any = True,
+    shm_path: Any = "/dev/shm",
+    shm_min_free_mib: Any = 8192,
+    weights_path: Any = "",
+    weights_min_gib: Any = 0,
+) -> PreflightSettings:
+    """Settings from role variables; PreflightError naming the variable on a bad value."""
+
+    def integer(name: str, value: Any) -> int:
+        if isinstance(value, bool) or not str(value).strip().isdigit():
+            raise PreflightError(f"{name}={value!r} is not a non-negative whole number")
+        return int(value)
+
+    if not isinstance(compute_capability, str) or not _is_dotted(compute_capability):
+        raise PreflightError(
+            f"preflight_compute_capability={compute_capability!r} is not a quoted major.minor "
+            'string such as "12.0" (YAML reads an unquoted 12.0 as a number)'
+        )
+    if min_driver and not _is_dotted(str(min_driver)):
+        raise PreflightError(f"preflight_min_driver_version={min_driver!r} is not a dotted version")
+    return PreflightSettings(
+        compute_capability=compute_capability,
+        cuda=cuda,
+        min_driver=str(min_driver or ""),
+        gpu_max_used_mib=integer("preflight_gpu_max_used_mib", gpu_max_used_mib),
+        require_idle=bool(require_idle),
+        shm_path=str(shm_path),
+        shm_min_free_mib=integer("preflight_shm_min_free_mib", shm_min_free_mib),
+        weights_path=str(weights_path),
+        weights_min_gib=integer("preflight_weights_min_gib", weights_min_gib),
+    )
+
+
+def _is_dotted(text: str) -> bool:
+    try:
+        version_tuple(text)
+    except ValueError:
+        return False
+    return True
