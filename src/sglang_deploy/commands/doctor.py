@@ -1,0 +1,116 @@
+"""``sglang-deploy doctor``: name known sglang failures in a server log and print their fixes.
+
+Reads a log file, stdin (``-``), or the unit's journal on inventory hosts through Ansible
+(``-i INV [--host H] [--unit sglang]``). Exit status 0 when nothing is found, 1 when something is,
+2 when the log could not be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from sglang_deploy import doctor
+
+DEFAULT_JOURNAL_LINES = 5000
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "doctor",
+        help="name known failures in a server log (file, stdin or a host's journal) and the fix",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("log", nargs="?", help="log file, or - for stdin")
+    p.add_argument("-i", "--inventory", help="read the unit's journal on this inventory's hosts")
+    p.add_argument("--host", help="host or pattern (default: sglang_servers)")
+    p.add_argument("--unit", default="sglang", help="systemd unit (default: sglang)")
+    p.add_argument("--lines", type=int, default=DEFAULT_JOURNAL_LINES, help="journal lines to read")
+    p.add_argument("--plan", help="`sglang-deploy plan --json` output, to fill planner values")
+    p.add_argument("--json", action="store_true", help="print findings as a JSON list")
+    p.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    if bool(args.log) == bool(args.inventory):
+        print("doctor: give a log file (or -) or -i INVENTORY, not both", file=sys.stderr)
+        return 2
+    plan: dict[str, Any] | None = None
+    try:
+        if args.plan:
+            plan = json.loads(Path(args.plan).read_text())
+        if args.inventory:
+            logs = journal_via_ansible(args.inventory, args.host or "sglang_servers", args.unit,
+                                       args.lines)
+        elif args.log == "-":
+            logs = {"stdin": sys.stdin.read()}
+        else:
+            logs = {args.log: Path(args.log).read_text(errors="replace")}
+    except (OSError, json.JSONDecodeError, JournalError) as err:
+        print(f"doctor: {err}", file=sys.stderr)
+        return 2
+    results = {
+        source: doctor.diagnose(text.splitlines(), plan=plan) for source, text in logs.items()
+    }
+    found = any(results.values())
+    if args.json:
+        if args.inventory:
+            out: Any = {src: [f.to_dict() for f in fs] for src, fs in results.items()}
+        else:
+            out = [f.to_dict() for fs in results.values() for f in fs]
+        print(json.dumps(out, indent=2))
+    else:
+        for source, findings in results.items():
+            if args.inventory:
+                print(f"== {source}")
+            print(doctor.render_text(findings))
+    return 1 if found else 0
+
+
+class JournalError(RuntimeError):
+    """The journal could not be read from a host."""
+
+
+def journal_via_ansible(inventory: str, pattern: str, unit: str, lines: int) -> dict[str, str]:
+    """``journalctl -u UNIT`` on each matching host through ansible-runner: host -> text."""
+    import ansible_runner  # heavy import, only when a host is asked
+
+    from sglang_deploy.runner import project_dir
+
+    outputs: dict[str, str] = {}
+    failures: list[str] = []
+
+    def on_event(event: dict[str, Any]) -> bool:
+        data = event.get("event_data") or {}
+        host = data.get("host")
+        result = data.get("res") or {}
+        if event.get("event") == "runner_on_ok" and host:
+            outputs[host] = str(result.get("stdout", ""))
+        elif event.get("event") in ("runner_on_failed", "runner_on_unreachable") and host:
+            failures.append(f"{host}: {result.get('msg') or result.get('stderr') or result}")
+        return False  # no need to keep the events on disk
+
+    project = project_dir()
+    with tempfile.TemporaryDirectory(prefix="sglang-doctor-") as private:
+        run = ansible_runner.run(
+            private_data_dir=private,
+            inventory=str(Path(inventory).resolve()),
+            host_pattern=pattern,
+            module="ansible.builtin.command",
+            module_args=f"journalctl -u {unit} --no-pager -o cat -n {int(lines)}",
+            quiet=True,
+            event_handler=on_event,
+            envvars={"ANSIBLE_CONFIG": str(project / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"},
+        )
+    if failures:
+        raise JournalError("could not read the journal: " + "; ".join(failures))
+    if not outputs:
+        raise JournalError(
+            f"no host of {inventory} matched {pattern!r} (ansible-runner status {run.status})"
+        )
+    return outputs

@@ -1,0 +1,235 @@
+"""``sglang-deploy plan``: is this ``--mem-fraction-static`` safe, and which one should we use?
+
+Inputs come from flags, or from an inventory host's launch flags (``-i INV --host H``), gathered
+GPU facts (``--gpu-facts``), and the model's ``config.json`` / safetensors index. Flags given on
+the command line win over the inventory's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from sglang_deploy import planner
+from sglang_deploy.launch import LaunchConfig, LaunchConfigError
+
+_console = Console(highlight=False, soft_wrap=True)
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+# Host variable holding planner inputs the launch flags do not carry (weights, cell size, ...).
+PLAN_VAR = "sglang_server_memory_plan"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "plan",
+        help="memory planner: judge --mem-fraction-static and recommend one",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    src = p.add_argument_group("where the inputs come from")
+    src.add_argument("-i", "--inventory", help="read the launch flags of a host of this inventory")
+    src.add_argument("--host", help="inventory host (default: the only host of sglang_servers)")
+    src.add_argument("--gpu-facts", help="GPU facts JSON (gpufacts.py output / GpuFacts.to_dict())")
+    src.add_argument("--model-config", help="the model's config.json (KV cell size)")
+    src.add_argument("--hf-quant-config", help="hf_quant_config.json (default: beside config.json)")
+    src.add_argument("--safetensors-index", help="model.safetensors.index.json (weights per GPU)")
+    gpu = p.add_argument_group("GPU and model")
+    gpu.add_argument("--gpu-memory-mib", type=float, help="nvidia-smi memory.total of one GPU")
+    gpu.add_argument("--gpu-memory-used-mib", type=float, help="memory already in use on a GPU")
+    gpu.add_argument("--sm-major", type=int, help="compute capability major (12 = SM120)")
+    gpu.add_argument("--tp-size", type=int)
+    gpu.add_argument("--weights-gib-per-gpu", type=float, help="weights (load footprint) per GPU")
+    gpu.add_argument("--kv-bytes-per-token", type=int, help="KV cell size per token per GPU")
+    gpu.add_argument("--kv-cache-dtype", help="as sglang's flag (default auto)")
+    gpu.add_argument("--page-size", type=int)
+    launch = p.add_argument_group("launch flags")
+    launch.add_argument("--mem-fraction-static", type=float, help="the fraction to judge")
+    launch.add_argument("--chunked-prefill-size", type=int)
+    launch.add_argument("--cuda-graph-max-bs", type=int)
+    launch.add_argument("--cuda-graph-bs", type=int, nargs="+")
+    launch.add_argument("--disable-cuda-graph", action="store_true", default=None)
+    launch.add_argument("--max-running-requests", type=int)
+    launch.add_argument("--max-total-tokens", type=int)
+    model = p.add_argument_group("model terms (defaults calibrated on the seeds)")
+    model.add_argument("--runtime-overhead-mib", type=float)
+    model.add_argument("--graph-mib-per-bs", type=float)
+    model.add_argument("--activation-mib-per-token", type=float)
+    model.add_argument("--allocator-slack-mib", type=float)
+    model.add_argument("--margin-mib", type=float)
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    try:
+        inputs, notes = build_inputs(args)
+        result = planner.plan(inputs)
+    except (planner.PlanError, LaunchConfigError, OSError, json.JSONDecodeError) as err:
+        _err.print(f"[red]plan: {err}[/]")
+        return 2
+    result_dict = {**result.to_dict(), "notes": notes}
+    if args.json:
+        print(json.dumps(result_dict, indent=2))
+    else:
+        _print_table(result, notes)
+    return 1 if result.safe is False else 0
+
+
+def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str]]:
+    """Merge inventory, GPU facts, model files and flags into :class:`planner.PlanInputs`."""
+    notes: list[str] = []
+    values: dict[str, Any] = {}
+    kv_dtype = "auto"
+    if args.inventory:
+        host, host_vars = inventory_host_vars(args.inventory, args.host)
+        notes.append(f"launch flags of {host} from {args.inventory}")
+        launch = LaunchConfig.from_vars(
+            host_vars.get("sglang_server_flags"),
+            python="python3",
+            flags_override=host_vars.get("sglang_server_flags_override"),
+        )
+        from_flags = planner.inputs_from_flags(launch.to_dict()["flags"])
+        kv_dtype = from_flags.pop("kv_cache_dtype", kv_dtype)
+        values.update(from_flags)
+        extra = host_vars.get(PLAN_VAR) or {}
+        if not isinstance(extra, dict):
+            raise planner.PlanError(f"{PLAN_VAR} of {host} must be a mapping")
+        values.update({k: v for k, v in extra.items() if k in _PLAN_FIELDS})
+        kv_dtype = str(extra.get("kv_cache_dtype", kv_dtype))
+        sm_major = extra.get("sm_major")
+    else:
+        sm_major = None
+    if args.gpu_facts:
+        summary = planner.gpu_facts_summary(json.loads(Path(args.gpu_facts).read_text()))
+        notes.append(
+            f"GPU facts: {summary['gpu_count']} GPUs, smallest {summary['gpu_memory_mib']:.0f} MiB"
+        )
+        sm_major = summary.pop("sm_major", sm_major)
+        summary.pop("gpu_count")
+        values.update(summary)
+    if args.sm_major is not None:
+        sm_major = args.sm_major
+    if args.kv_cache_dtype:
+        kv_dtype = args.kv_cache_dtype
+    for name in _FLAG_FIELDS:
+        value = getattr(args, name, None)
+        if value is not None:
+            values[name] = tuple(value) if isinstance(value, list) else value
+    tp = int(values.get("tp_size", 1))
+    if args.model_config:
+        config = json.loads(Path(args.model_config).read_text())
+        beside = Path(args.model_config).with_name("hf_quant_config.json")
+        quant_path = Path(args.hf_quant_config) if args.hf_quant_config else beside
+        quant = json.loads(quant_path.read_text()) if quant_path.is_file() else None
+        values["mla_backend"] = planner._is_mla(config)
+        values.setdefault("piecewise_cuda_graph", planner.piecewise_cuda_graph_enabled(config))
+        if args.kv_bytes_per_token is None:
+            cell = planner.kv_cell(
+                config, kv_dtype, tp_size=tp, sm_major=sm_major, hf_quant_config=quant
+            )
+            values["kv_bytes_per_token"] = cell.bytes_per_token
+            values.setdefault("page_size", cell.page_size)
+            notes.append(
+                f"KV cell {cell.attention}, {cell.kv_cache_dtype}: {cell.formula} = "
+                f"{cell.bytes_per_token:,} B/token"
+            )
+    if args.safetensors_index and args.weights_gib_per_gpu is None:
+        index = json.loads(Path(args.safetensors_index).read_text())
+        values["weights_gib_per_gpu"] = round(planner.weights_gib_from_index(index, tp), 3)
+        notes.append(
+            f"weights {values['weights_gib_per_gpu']} GiB/GPU = index total_size / tp {tp}: a "
+            "lower bound (replicated layers and load buffers add to it)"
+        )
+    if "gpu_memory_mib" not in values:
+        raise planner.PlanError(
+            "no GPU memory size. Fix: pass --gpu-memory-mib (nvidia-smi --query-gpu=memory.total "
+            "--format=csv,noheader,nounits) or --gpu-facts FILE"
+        )
+    if values.get("weights_gib_per_gpu") is None or values.get("kv_bytes_per_token") is None:
+        notes.append(
+            "kv_tokens not computed: give --weights-gib-per-gpu (or --safetensors-index) and "
+            "--kv-bytes-per-token (or --model-config)"
+        )
+    return planner.PlanInputs(**values), notes
+
+
+_PLAN_FIELDS = set(planner.PlanInputs.__dataclass_fields__)
+_FLAG_FIELDS = (
+    "gpu_memory_mib", "gpu_memory_used_mib", "tp_size", "weights_gib_per_gpu",
+    "kv_bytes_per_token", "page_size", "mem_fraction_static", "chunked_prefill_size",
+    "cuda_graph_max_bs", "cuda_graph_bs", "disable_cuda_graph", "max_running_requests",
+    "max_total_tokens", "runtime_overhead_mib", "graph_mib_per_bs", "activation_mib_per_token",
+    "allocator_slack_mib", "margin_mib",
+)
+
+
+def inventory_host_vars(inventory: str, host: str | None) -> tuple[str, dict[str, Any]]:
+    """Host variables as ``ansible-inventory`` sees them (Jinja left unrendered)."""
+    exe = Path(sys.executable).with_name("ansible-inventory")
+    command = [str(exe) if exe.exists() else "ansible-inventory", "-i", inventory]
+    env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False"}
+    if host is None:
+        listing = json.loads(_run([*command, "--list"], env))
+        hosts = (listing.get("sglang_servers") or {}).get("hosts") or []
+        if len(hosts) != 1:
+            raise planner.PlanError(
+                f"inventory {inventory} has {len(hosts)} hosts in sglang_servers "
+                f"({', '.join(hosts) or 'none'}). Fix: pass --host NAME"
+            )
+        host = hosts[0]
+    return host, json.loads(_run([*command, "--host", host], env))
+
+
+def _run(command: list[str], env: dict[str, str]) -> str:
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    if done.returncode != 0:
+        raise planner.PlanError(f"{' '.join(command)} failed: {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
+def _print_table(result: planner.Plan, notes: list[str]) -> None:
+    inputs = result.inputs
+    table = Table(title="sglang memory plan (per GPU)", show_header=False)
+    table.add_column("item")
+    table.add_column("value", justify="right")
+    table.add_row("GPU memory", f"{inputs['gpu_memory_mib']:,.0f} MiB")
+    overhead = f"{inputs['runtime_overhead_mib']:,.0f} MiB"
+    table.add_row("CUDA context + NCCL (outside torch)", overhead)
+    table.add_row("free when sglang measures (F0)", f"{inputs['free_at_start_mib']:,.0f} MiB")
+    table.add_row(
+        f"CUDA graphs (max bs {inputs['effective_cuda_graph_max_bs']})",
+        f"{result.breakdown_mib['cuda_graphs']:,.0f} MiB",
+    )
+    table.add_row(
+        f"activations (chunk {inputs['effective_chunked_prefill_size']})",
+        f"{result.breakdown_mib['activations']:,.0f} MiB",
+    )
+    table.add_row("allocator slack", f"{result.breakdown_mib['allocator_slack']:,.0f} MiB")
+    table.add_row("needed outside the static pool", f"{result.required_mib:,.0f} MiB")
+    if result.mem_fraction_static is not None:
+        table.add_row("--mem-fraction-static", f"{result.mem_fraction_static}")
+        table.add_row("left outside the pool: F0*(1-f)", f"{result.available_mib:,.0f} MiB")
+        table.add_row("headroom", f"{result.headroom_mib:+,.0f} MiB")
+        table.add_row("free after graph capture (est.)", f"{result.free_after_start_mib:,.0f} MiB")
+        verdict = "[green]safe[/]" if result.safe else "[red]UNSAFE[/]"
+        table.add_row("verdict", verdict)
+    if result.kv_tokens is not None:
+        table.add_row(f"KV pool at {result.kv_tokens_at}", f"{result.kv_tokens:,} tokens")
+    table.add_row("recommended --mem-fraction-static", f"{result.recommended_mem_fraction_static}")
+    table.add_row("sglang's own default", f"{result.sglang_default_mem_fraction_static}")
+    _console.print(table)
+    for note in notes:
+        _console.print(f"  note: {note}")
+    for reason in result.reasons:
+        _console.print(f"  {reason}")

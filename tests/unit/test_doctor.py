@@ -1,0 +1,131 @@
+"""The doctor on real log excerpts (tests/fixtures/logs/<id>/, sources in SOURCES.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sglang_deploy import doctor
+
+ROOT = Path(__file__).resolve().parents[2]
+LOGS = ROOT / "tests" / "fixtures" / "logs"
+REQUIRED_IDS = {
+    "cuda-graph-oom", "kv-cache-too-small", "gpu-busy", "p2p-unsupported", "nccl-timeout",
+    "kernel-arch-unsupported", "nan-output", "unrecognized-flag",
+}
+FIXTURES = sorted(p for p in LOGS.glob("*/*.log") if p.parent.name != "clean")
+
+
+def ids(path: Path) -> list[str]:
+    return [f.id for f in doctor.diagnose(path.read_text().splitlines())]
+
+
+def test_every_rule_has_two_differently_worded_fixtures_and_a_source() -> None:
+    rules = {rule.id for rule in doctor.default_rules()}
+    assert REQUIRED_IDS <= rules
+    sources = (LOGS / "SOURCES.md").read_text()
+    for rule_id in rules:
+        files = sorted((LOGS / rule_id).glob("*.log"))
+        assert len(files) >= 2, rule_id
+        # differently worded: the evidence lines differ between the fixtures
+        evidence = {tuple(f.evidence) for p in files for f in
+                    doctor.diagnose(p.read_text().splitlines()) if f.id == rule_id}
+        assert len(evidence) >= 2, rule_id
+        for path in files:
+            assert f"{rule_id}/{path.name}" in sources, path
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_each_fixture_is_named_by_its_rule(path: Path) -> None:
+    assert path.parent.name in ids(path)
+
+
+def test_the_seed_oom_is_graph_oom_and_fragmentation_and_nothing_else() -> None:
+    path = LOGS / "cuda-graph-oom" / "seed-000-graph-capture-0.95.log"
+    findings = doctor.diagnose(path.read_text().splitlines())
+    assert [f.id for f in findings] == ["cuda-graph-oom", "memory-fragmentation"]
+    (evidence,) = findings[0].evidence
+    assert "Tried to allocate 694.00 MiB" in evidence and "6.44 GiB is reserved" in evidence
+
+
+def test_a_clean_start_has_no_findings() -> None:
+    assert ids(LOGS / "clean" / "seed-004-start-0.92.log") == []
+
+
+def test_an_oom_outside_graph_capture_is_not_called_a_graph_oom() -> None:
+    line = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB. GPU 6 has a "
+            "total capacity of 44.53 GiB of which 448.00 KiB is free.")
+    assert "cuda-graph-oom" not in [f.id for f in doctor.diagnose([line])]
+
+
+def test_nccl_init_options_with_a_timeout_value_are_not_a_timeout() -> None:
+    # PyTorch's INFO line at process-group creation (ProcessGroupNCCL.cpp) names the timeout too.
+    line = ("[I ProcessGroupNCCL.cpp:886] [PG 0 Rank 0] ProcessGroupNCCL initialization options: "
+            "size: 8, global rank: 0, TIMEOUT(ms): 600000, USE_HIGH_PRIORITY_STREAM: 0")
+    assert doctor.diagnose([line]) == []
+
+
+def test_fix_uses_the_planners_value_when_given() -> None:
+    lines = (LOGS / "cuda-graph-oom" / "sglang-5285-capture-failed.log").read_text().splitlines()
+    (with_plan,) = doctor.diagnose(lines, plan={"recommended_mem_fraction_static": 0.91})
+    assert "Lower --mem-fraction-static to 0.91" in with_plan.fix
+    (without,) = doctor.diagnose(lines)
+    assert "<recommended_mem_fraction_static from `sglang-deploy plan`>" in without.fix
+
+
+def test_colour_codes_do_not_hide_a_line() -> None:
+    line = ("\x1b[31mRuntimeError: CUDART error: peer access is not supported between these two "
+            "devices\x1b[0m")
+    (finding,) = doctor.diagnose([line])
+    assert finding.id == "p2p-unsupported" and not finding.evidence[0].startswith("\x1b")
+
+
+def test_malformed_rules_are_rejected_with_the_rule_named() -> None:
+    with pytest.raises(doctor.RulesError, match="rule x: patterns regex"):
+        doctor.load_rules("- {id: x, patterns: ['('], summary: s, fix: f}")
+    with pytest.raises(doctor.RulesError, match="rule y: fix is missing"):
+        doctor.load_rules("- {id: y, patterns: [a], summary: s}")
+    with pytest.raises(doctor.RulesError, match="repeated"):
+        doctor.load_rules("- {id: z, patterns: [a], summary: s, fix: f}\n"
+                          "- {id: z, patterns: [b], summary: s, fix: f}")
+
+
+def run_cli(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sglang_deploy.cli", "doctor", *argv],
+        input=stdin, capture_output=True, text=True, timeout=180, cwd=ROOT, check=False,
+    )
+
+
+def test_cli_json_and_exit_status() -> None:
+    done = run_cli(str(LOGS / "nccl-timeout" / "sglang-507-store-timeout.log"), "--json")
+    assert done.returncode == 1, done.stderr
+    (finding,) = json.loads(done.stdout)
+    assert set(finding) == {"id", "evidence", "summary", "fix"} and finding["id"] == "nccl-timeout"
+    clean = run_cli("-", stdin=(LOGS / "clean" / "seed-004-start-0.92.log").read_text())
+    assert clean.returncode == 0 and "no known failure" in clean.stdout
+
+
+def test_cli_reads_a_hosts_journal_through_ansible(tmp_path: Path) -> None:
+    """The real Ansible path (ansible-runner, ansible.builtin.command, journalctl) against this
+    machine over the local connection; the unit does not exist, so the journal has no entries."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(textwrap.dedent(
+        f"""
+        sglang_servers:
+          hosts:
+            here:
+              ansible_connection: local
+              ansible_python_interpreter: {sys.executable}
+        """
+    ))
+    done = run_cli("-i", str(inventory), "--unit", "sglang-doctor-test-none", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout) == {"here": []}
+    unreachable = run_cli("-i", str(inventory), "--host", "nobody")
+    assert unreachable.returncode == 2 and "no host" in unreachable.stderr
