@@ -1,0 +1,102 @@
+"""``sglang-deploy verify``: the testinfra suites against an inventory, or the endpoint suite
+against any URL. Exit status 0 only when every test passed.
+
+  sglang-deploy verify -i INVENTORY [-l LIMIT] [--probes FILE]
+      playbooks/verify.yml: per serving host, tests/infra/test_sglang_unit.py, test_gpu.py and, when
+      the host's sglang_server_state is started, test_service.py and test_endpoint.py.
+  sglang-deploy verify --endpoint URL --model NAME [--api-key K] [--probes FILE]
+      tests/infra/test_endpoint.py alone: health, model list, a chat answer, the correctness gate.
+      The key may also come from the environment (SGLANG_API_KEY); it is handed to pytest through
+      the environment, never on a command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from sglang_deploy import endpoint
+from sglang_deploy.runner import project_dir, run_playbook
+
+ENDPOINT_SUITE = "tests/infra/test_endpoint.py"
+# Bounds the whole endpoint suite (4 probes and a chat at up to 120 s each, plus health checks).
+ENDPOINT_SUITE_TIMEOUT_S = 1200
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "verify",
+        help="run the testinfra suites (inventory) or the endpoint suite (--endpoint URL)",
+        description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
+    )
+    parser.add_argument(
+        "-i",
+        "--inventory",
+        action="append",
+        help="inventory path (repeatable); default: the project's inventory/proxmox",
+    )
+    parser.add_argument("-l", "--limit", help="limit to these hosts or groups (Ansible pattern)")
+    parser.add_argument("--endpoint", metavar="URL", help="check this server only, e.g. http://10.0.0.5:8000")
+    parser.add_argument("--model", help="served model name /v1/models must list (with --endpoint)")
+    parser.add_argument("--api-key", help=f"API key for --endpoint (default: ${endpoint.API_KEY_ENV})")
+    parser.add_argument("--probes", help="YAML probes file replacing the default correctness probes")
+    parser.set_defaults(func=run)
+
+
+def _fail(message: str) -> int:
+    print(f"sglang-deploy verify: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.probes:
+        # A bad probes file is a usage error, reported before any host or server is contacted.
+        try:
+            endpoint.load_probes(args.probes)
+        except endpoint.ProbeFileError as err:
+            return _fail(str(err))
+        args.probes = str(Path(args.probes).resolve())
+    if args.endpoint:
+        if args.inventory or args.limit:
+            return _fail("--endpoint checks one URL; it does not take -i/-l")
+        if not args.model:
+            return _fail("--endpoint needs --model NAME (the served model name)")
+        return run_endpoint_suite(args.endpoint, args.model, args.api_key, args.probes)
+    if args.model or args.api_key:
+        return _fail("--model/--api-key go with --endpoint URL")
+    return run_inventory(args.inventory, args.limit, args.probes)
+
+
+def run_endpoint_suite(url: str, model: str, api_key: str | None, probes: str | None) -> int:
+    root = project_dir()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "tests" / "infra"), env.get("PYTHONPATH")]))
+    if api_key is not None:
+        env[endpoint.API_KEY_ENV] = api_key
+    argv = [
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "endpoint_options", "-v",
+        f"--sglang-endpoint={url}", f"--sglang-model={model}", f"--sglang-api-key-env={endpoint.API_KEY_ENV}",
+        *([f"--sglang-probes={probes}"] if probes else []),
+        str(root / ENDPOINT_SUITE),
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(argv, cwd=root, env=env, timeout=ENDPOINT_SUITE_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return _fail(f"the endpoint suite ran over {ENDPOINT_SUITE_TIMEOUT_S} s")
+    return 0 if proc.returncode == 0 else 1
+
+
+def run_inventory(inventories: list[str] | None, limit: str | None, probes: str | None) -> int:
+    run = run_playbook(
+        "playbooks/verify.yml",
+        inventories or [str(project_dir() / "inventory" / "proxmox")],
+        extravars={"sglang_deploy_verify_probes": probes} if probes else None,
+        limit=limit,
+        title="verify",
+        live=False,
+    )
+    print(f"artifacts: {run.artifacts}", file=sys.stderr)
+    return 0 if run.rc == 0 else 1

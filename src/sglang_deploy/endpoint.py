@@ -1,0 +1,503 @@
+#!/usr/bin/env python3
+"""Talk to a serving sglang endpoint: readiness wait, health checks and the correctness gate.
+
+STDLIB ONLY at import time, Python >= 3.9: the sglang_server role copies this file to
+``/usr/local/libexec/sglang-deploy/endpoint.py`` and runs ``endpoint.py wait-ready`` on the host
+after every (re)start (the readiness gate). On the control node it is imported as
+``sglang_deploy.endpoint`` by tests/infra/test_endpoint.py and ``sglang-deploy verify``; only
+:func:`load_probes` needs PyYAML, imported when called.
+
+Routes and shapes follow sglang's ``srt/entrypoints/http_server.py`` (0.5.10.post1):
+``/health`` and ``/health_generate`` answer 503 while the server is starting and never need the
+API key; everything else needs ``Authorization: Bearer <key>`` when ``--api-key`` is set (401,
+``{"error": "Unauthorized"}``).
+
+Script:
+  endpoint.py wait-ready --url URL --timeout S [--unit NAME] [--path /health_generate]
+      poll with back-off until URL+path answers 200; exit 0 then, else exit 1 with the reason.
+      The API key, if any, is read from the environment variable SGLANG_API_KEY.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+
+# sglang's ServerArgs defaults (server_args.py): where a server without --host/--port listens.
+DEFAULT_BIND_HOST = "127.0.0.1"
+DEFAULT_PORT = 30000
+# Bind addresses that mean "every interface": a client on the host itself uses loopback.
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
+READY_PATH = "/health_generate"
+API_KEY_ENV = "SGLANG_API_KEY"
+DEFAULT_PROBES = Path(__file__).with_name("probes") / "default.yml"
+# Probes run deterministic: the gate must give the same verdict on every run.
+PROBE_TEMPERATURE = 0.0
+# Room for a reasoning model's thinking before the answer (a cut-off answer fails the probe).
+DEFAULT_PROBE_MAX_TOKENS = 2048
+
+
+class EndpointError(RuntimeError):
+    """A request that did not get the expected answer; ``status`` is 0 when nothing answered."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# -- addresses ---------------------------------------------------------------------------------
+def client_host(bind_host: Optional[str]) -> str:
+    """The address a client on the same machine uses for a server bound to ``bind_host``."""
+    host = (bind_host if bind_host is not None else DEFAULT_BIND_HOST).strip()
+    if host in WILDCARD_HOSTS:
+        return "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]"
+    return host
+
+
+def base_url(flags: Mapping[str, Any], connect_host: Optional[str] = None) -> str:
+    """``http://host:port`` of a server launched with ``flags`` (the launch model's flag dict)."""
+    port = flags.get("port", DEFAULT_PORT)
+    try:
+        port_number = int(str(port))
+    except ValueError:
+        raise ValueError(f"launch flag port={port!r} is not a port number") from None
+    host = client_host(connect_host) if connect_host else client_host(_str_or_none(flags.get("host")))
+    return f"http://{host}:{port_number}"
+
+
+def served_model_name(flags: Mapping[str, Any]) -> str:
+    """The name /v1/models lists: --served-model-name, else the model path (as sglang does)."""
+    for name in ("served-model-name", "model-path", "model"):
+        value = flags.get(name)
+        if value not in (None, False, True, ""):
+            return str(value)
+    raise ValueError("the launch flags name no model (--model-path / --served-model-name)")
+
+
+def _str_or_none(value: Any) -> Optional[str]:
+    return None if value is None else str(value)
+
+
+# -- what a rendered unit says --------------------------------------------------------------
+def _unescape_systemd(word: str) -> str:
+    return word.replace("%%", "%").replace("$$", "$")
+
+
+def exec_start_argv(unit_text: str) -> list[str]:
+    """The ExecStart= words of a unit file as systemd would split them (``${NAME}`` kept as is).
+
+    Good for the words this project renders (systemd.exec_word: bare or C-escaped double quotes).
+    """
+    import shlex
+
+    lines = unit_text.splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith("ExecStart="):
+            joined = line[len("ExecStart=") :]
+            while joined.endswith("\\") and index + 1 < len(lines):
+                index += 1
+                joined = joined[:-1] + " " + lines[index]
+            return [_unescape_systemd(word) for word in shlex.split(joined, posix=True)]
+    raise ValueError("no ExecStart= line in the unit")
+
+
+def flags_from_argv(argv: Sequence[str]) -> dict[str, Any]:
+    """``--name value`` / ``--switch`` words into a flag dict (values of nargs flags joined)."""
+    flags: dict[str, Any] = {}
+    current: Optional[str] = None
+    for word in argv:
+        if word.startswith("--"):
+            current = word[2:]
+            flags[current] = True
+        elif current is not None:
+            previous = flags[current]
+            flags[current] = word if previous is True else f"{previous} {word}"
+    return flags
+
+
+def env_file_values(env_text: str) -> dict[str, str]:
+    """NAME -> value of an EnvironmentFile= as systemd.env_file_line writes it."""
+    import shlex
+
+    values: dict[str, str] = {}
+    for line in env_text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, sep, raw = line.partition("=")
+        if sep:
+            words = shlex.split(raw, posix=True)
+            values[name.strip()] = words[0] if words else ""
+    return values
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a client needs: base URL, served model name, API key (may be empty)."""
+
+    url: str
+    model: str
+    api_key: str = field(default="", repr=False)
+
+
+_ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+
+
+def target_from_render(unit_text: str, env_text: str, connect_host: Optional[str] = None) -> Target:
+    """The endpoint a rendered unit serves: --host/--port/--served-model-name, and the API key
+    from --api-key (a literal, or ``${NAME}`` read from the rendered environment file)."""
+    argv = exec_start_argv(unit_text)
+    flags = flags_from_argv(argv[3:] if len(argv) > 2 and argv[1] == "-m" else argv[1:])
+    api_key = flags.get("api-key")
+    key = ""
+    if isinstance(api_key, str):
+        ref = _ENV_REF.match(api_key)
+        if ref:
+            values = env_file_values(env_text)
+            if ref.group(1) not in values:
+                raise ValueError(f"--api-key reads ${{{ref.group(1)}}}, which the environment file does not set")
+            key = values[ref.group(1)]
+        else:
+            key = api_key
+    return Target(base_url(flags, connect_host), served_model_name(flags), key)
+
+
+# -- HTTP --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            raise EndpointError(f"answer is not JSON: {self.text[:200]!r}", self.status) from None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An sglang HTTP server. ``api_key`` is sent as a Bearer token when set."""
+
+    url: str
+    api_key: str = field(default="", repr=False)
+    timeout: float = 60.0
+
+    def request(self, method: str, path: str, payload: Any = None, timeout: Optional[float] = None) -> Response:
+        """One request; HTTP error statuses are returned, not raised. Unreachable -> EndpointError(status=0)."""
+        data = None if payload is None else json.dumps(payload).encode("utf-8")
+        req = urllib.request.Request(self.url.rstrip("/") + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.api_key:
+            req.add_header("Authorization", f"Bearer {self.api_key}")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as answer:  # noqa: S310
+                return Response(answer.status, answer.read())
+        except urllib.error.HTTPError as err:
+            return Response(err.code, err.read() or b"")
+        except (urllib.error.URLError, OSError, TimeoutError) as err:
+            reason = getattr(err, "reason", err)
+            raise EndpointError(f"{method} {self.url}{path}: no answer ({reason})") from None
+
+    def get(self, path: str, timeout: Optional[float] = None) -> Response:
+        return self.request("GET", path, timeout=timeout)
+
+
+def expect_ok(response: Response, what: str) -> Response:
+    if response.status != 200:
+        raise EndpointError(f"{what}: HTTP {response.status} {response.text[:300]!r}", response.status)
+    return response
+
+
+def model_ids(endpoint: Endpoint) -> list[str]:
+    """The ``id`` of every card /v1/models lists."""
+    data = expect_ok(endpoint.get("/v1/models"), "GET /v1/models").json()
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        raise EndpointError(f"GET /v1/models: not a model list: {data!r}")
+    return [str(card.get("id")) for card in data["data"] if isinstance(card, dict)]
+
+
+def chat(endpoint: Endpoint, model: str, prompt: str, max_tokens: int, temperature: float = PROBE_TEMPERATURE) -> dict[str, Any]:
+    """One OpenAI chat completion; returns the first choice's ``message``."""
+    payload = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": temperature,
+        "max_tokens": max_tokens,
+        "stream": False,
+    }
+    data = expect_ok(endpoint.request("POST", "/v1/chat/completions", payload), "POST /v1/chat/completions").json()
+    try:
+        message = data["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        raise EndpointError(f"POST /v1/chat/completions: no choices[0].message in {data!r}") from None
+    if not isinstance(message, dict):
+        raise EndpointError(f"POST /v1/chat/completions: message is not an object: {message!r}")
+    return message
+
+
+# -- readiness ---------------------------------------------------------------------------------
+def backoff_delays(initial: float = 2.0, factor: float = 2.0, maximum: float = 30.0) -> Iterator[float]:
+    """Pauses between polls: initial, initial*factor, ... capped at ``maximum`` (endless)."""
+    if initial <= 0 or factor < 1 or maximum < initial:
+        raise ValueError("need 0 < initial <= maximum and factor >= 1")
+    delay = initial
+    while True:
+        yield delay
+        delay = min(delay * factor, maximum)
+
+
+@dataclass(frozen=True)
+class ReadyResult:
+    ready: bool
+    attempts: int
+    waited_s: float
+    last: str
+
+
+def wait_ready(
+    endpoint: Endpoint,
+    timeout_s: float,
+    path: str = READY_PATH,
+    delays: Optional[Iterator[float]] = None,
+    unit_state: Optional[Callable[[], Optional[str]]] = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    progress: Optional[Callable[[str], None]] = None,
+) -> ReadyResult:
+    """Poll ``path`` until it answers 200 or ``timeout_s`` is spent (each request bounded too).
+
+    ``unit_state`` (optional) returns why waiting is pointless (e.g. the unit failed), else None.
+    """
+    delays = delays if delays is not None else backoff_delays()
+    start = clock()
+    deadline = start + timeout_s
+    attempts = 0
+    last = "not polled yet"
+    while True:
+        attempts += 1
+        remaining = deadline - clock()
+        try:
+            # /health_generate waits up to 20 s for a token itself; leave it room, within the budget.
+            answer = endpoint.get(path, timeout=max(1.0, min(60.0, remaining)))
+            if answer.status == 200:
+                return ReadyResult(True, attempts, clock() - start, f"GET {path}: 200")
+            last = f"GET {path}: HTTP {answer.status}"
+        except EndpointError as err:
+            last = str(err)
+        if unit_state is not None:
+            why = unit_state()
+            if why:
+                return ReadyResult(False, attempts, clock() - start, f"{why}; last poll: {last}")
+        if progress is not None:
+            progress(f"attempt {attempts} after {clock() - start:.0f}s: {last}")
+        pause = next(delays)
+        if clock() + pause >= deadline:
+            remaining = deadline - clock()
+            if remaining > 0:
+                sleep(remaining)
+            # One last poll at the deadline, so the whole budget counts.
+            try:
+                answer = endpoint.get(path, timeout=5.0)
+                attempts += 1
+                if answer.status == 200:
+                    return ReadyResult(True, attempts, clock() - start, f"GET {path}: 200")
+                last = f"GET {path}: HTTP {answer.status}"
+            except EndpointError as err:
+                last = str(err)
+            return ReadyResult(False, attempts, clock() - start, last)
+        sleep(pause)
+
+
+def systemd_unit_failed(unit: str) -> Callable[[], Optional[str]]:
+    """A ``unit_state`` for :func:`wait_ready`: reports a unit systemd has given up on."""
+
+    def check() -> Optional[str]:
+        try:
+            state = subprocess.run(
+                ["systemctl", "is-active", unit], capture_output=True, text=True, timeout=10, check=False
+            ).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if state in ("failed", "inactive"):
+            return f"unit {unit} is {state} (it exited; systemd does not restart it now)"
+        return None
+
+    return check
+
+
+# -- the correctness gate ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Probe:
+    """A prompt with a known answer: ``expect`` must match (re.search) the answer text."""
+
+    name: str
+    prompt: str
+    expect: "re.Pattern[str]"
+    max_tokens: int = DEFAULT_PROBE_MAX_TOKENS
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    probe: Probe
+    ok: bool
+    answer: str
+    reason: str = ""
+
+    def describe(self) -> str:
+        verdict = "ok" if self.ok else "FAILED"
+        text = f"{verdict} {self.probe.name}: expected /{self.probe.expect.pattern}/, answer {self.answer[:200]!r}"
+        return text + (f" ({self.reason})" if self.reason else "")
+
+
+class ProbeFileError(ValueError):
+    """A probes file that is not a list of {name, prompt, expect[, max_tokens]}."""
+
+
+def parse_probes(data: Any, source: str) -> list[Probe]:
+    """Probes from YAML data; errors name the file, the entry and the fix."""
+    if not isinstance(data, list) or not data:
+        raise ProbeFileError(f"{source}: want a non-empty list of {{name, prompt, expect}}, found {type(data).__name__}")
+    probes: list[Probe] = []
+    for number, entry in enumerate(data, 1):
+        where = f"{source}: probe {number}"
+        if not isinstance(entry, dict):
+            raise ProbeFileError(f"{where}: want a mapping with name, prompt, expect; found {entry!r}")
+        unknown = set(entry) - {"name", "prompt", "expect", "max_tokens"}
+        if unknown:
+            raise ProbeFileError(f"{where}: unknown keys {sorted(unknown)} (allowed: name, prompt, expect, max_tokens)")
+        for key in ("prompt", "expect"):
+            if not isinstance(entry.get(key), str) or not entry[key].strip():
+                raise ProbeFileError(f"{where}: '{key}' must be a non-empty string")
+        try:
+            expect = re.compile(entry["expect"])
+        except re.error as err:
+            raise ProbeFileError(f"{where}: expect {entry['expect']!r} is not a valid regex: {err}") from None
+        max_tokens = entry.get("max_tokens", DEFAULT_PROBE_MAX_TOKENS)
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise ProbeFileError(f"{where}: max_tokens must be a positive integer, found {max_tokens!r}")
+        probes.append(Probe(str(entry.get("name") or f"probe-{number}"), entry["prompt"], expect, max_tokens))
+    names = [p.name for p in probes]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ProbeFileError(f"{source}: probe names must be unique, repeated: {duplicates}")
+    return probes
+
+
+def load_probes(path: "str | Path | None" = None) -> list[Probe]:
+    """Probes from a YAML file; the shipped default set when ``path`` is None."""
+    import yaml  # control node only (the on-host readiness gate never loads probes)
+
+    file = Path(path) if path else DEFAULT_PROBES
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ProbeFileError(f"{file}: cannot read: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ProbeFileError(f"{file}: not YAML: {err}") from None
+    return parse_probes(data, str(file))
+
+
+_THINK_CLOSE = "</think>"
+
+
+def strip_reasoning(text: str) -> str:
+    """The answer after a model's thinking, for servers run without --reasoning-parser.
+
+    ``<think>..</think>answer`` and (templates that open ``<think>`` in the prompt) ``..</think>answer``
+    give ``answer``; thinking that never closed (cut off by max_tokens) gives ``""``.
+    """
+    if _THINK_CLOSE in text:
+        return text.rsplit(_THINK_CLOSE, 1)[1].strip()
+    if text.lstrip().startswith("<think>"):
+        return ""
+    return text.strip()
+
+
+def answer_text(message: Mapping[str, Any]) -> str:
+    """The final answer of a chat message. With a reasoning parser the thinking is already in
+    ``reasoning_content`` and only ``content`` counts; without one, thinking tags are stripped."""
+    content = message.get("content") or ""
+    return strip_reasoning(str(content))
+
+
+def judge(probe: Probe, message: Mapping[str, Any]) -> ProbeResult:
+    answer = answer_text(message)
+    if not answer:
+        reason = "empty answer"
+        if message.get("reasoning_content") or "<think>" in str(message.get("content") or ""):
+            reason += " (thinking did not finish: raise max_tokens)"
+        return ProbeResult(probe, False, answer, reason)
+    if probe.expect.search(answer):
+        return ProbeResult(probe, True, answer)
+    return ProbeResult(probe, False, answer, "no match")
+
+
+def run_probe(endpoint: Endpoint, model: str, probe: Probe) -> ProbeResult:
+    try:
+        message = chat(endpoint, model, probe.prompt, probe.max_tokens)
+    except EndpointError as err:
+        return ProbeResult(probe, False, "", str(err))
+    return judge(probe, message)
+
+
+def run_probes(endpoint: Endpoint, model: str, probes: Sequence[Probe]) -> list[ProbeResult]:
+    return [run_probe(endpoint, model, probe) for probe in probes]
+
+
+# -- script ------------------------------------------------------------------------------------
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="endpoint.py", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    ready = sub.add_parser("wait-ready", help="poll until the server answers 200 (bounded)")
+    ready.add_argument("--url", help="base URL, e.g. http://127.0.0.1:8000 (default: from --bind-host/--port)")
+    ready.add_argument("--bind-host", help="the server's --host flag (a wildcard means loopback here)")
+    ready.add_argument("--port", help=f"the server's --port flag (default {DEFAULT_PORT})")
+    ready.add_argument("--timeout", type=float, required=True, help="total budget in seconds")
+    ready.add_argument("--path", default=READY_PATH, help=f"route to poll (default {READY_PATH})")
+    ready.add_argument("--unit", help="stop early when this systemd unit has failed")
+    ready.add_argument("--initial-delay", type=float, default=2.0, help="first pause between polls (s)")
+    ready.add_argument("--max-delay", type=float, default=30.0, help="longest pause between polls (s)")
+    args = parser.parse_args(argv)
+
+    if not args.url:
+        flags = {name: value for name, value in (("host", args.bind_host), ("port", args.port)) if value}
+        args.url = base_url(flags)
+    endpoint = Endpoint(args.url, api_key=os.environ.get(API_KEY_ENV, ""))
+    result = wait_ready(
+        endpoint,
+        args.timeout,
+        path=args.path,
+        delays=backoff_delays(args.initial_delay, 2.0, args.max_delay),
+        unit_state=systemd_unit_failed(args.unit) if args.unit else None,
+        progress=lambda line: print(line, flush=True),
+    )
+    if result.ready:
+        print(f"ready: {args.url}{args.path} answered 200 after {result.waited_s:.0f}s ({result.attempts} polls)")
+        return 0
+    print(
+        f"NOT READY: {args.url}{args.path} did not answer 200 within {args.timeout:.0f}s "
+        f"({result.attempts} polls, {result.waited_s:.0f}s): {result.last}",
+        flush=True,
+    )
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The serving endpoint: health, model list, a chat answer, and the correctness gate.
+
+Target: ``--sglang-endpoint``/``--sglang-model`` (``sglang-deploy verify --endpoint``), else the
+host's render of the inventory (its --host/--port/--served-model-name/--api-key). The correctness
+gate runs the probes (``--sglang-probes FILE`` or src/sglang_deploy/probes/default.yml) at
+temperature 0: this is what catches garbled output from a bad KV dtype or attention backend.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sglang_deploy import endpoint as ep
+
+
+def _connect_host(request: pytest.FixtureRequest, host, bind_host: str | None) -> str | None:  # type: ignore[no-untyped-def]
+    """Where the control node reaches a host's server: the bind address, unless it is a wildcard;
+    then the host's ansible_host over SSH (a local or container connection shares loopback)."""
+    given = request.config.getoption("--sglang-connect-host")
+    if given:
+        return str(given)
+    if bind_host is None or bind_host.strip() not in ep.WILDCARD_HOSTS:
+        return None
+    variables = host.ansible.get_variables()
+    if variables.get("ansible_connection", "ssh") in ("ssh", "paramiko", "smart") and variables.get("ansible_host"):
+        return str(variables["ansible_host"])
+    return None
+
+
+@pytest.fixture()
+def target(request: pytest.FixtureRequest, host) -> ep.Target:  # type: ignore[no-untyped-def]
+    # ``host`` is taken statically: testinfra parametrizes only tests that name it (with
+    # --sglang-endpoint and no --hosts it is the harmless local host).
+    url = request.config.getoption("--sglang-endpoint")
+    if url:
+        model = request.config.getoption("--sglang-model")
+        if not model:
+            pytest.fail("--sglang-endpoint needs --sglang-model (the served model name)")
+        return ep.Target(str(url), str(model), os.environ.get(request.config.getoption("--sglang-api-key-env"), ""))
+    rendered: Path = request.getfixturevalue("rendered_dir")
+    unit_name: str = request.getfixturevalue("unit_name")
+    unit_text = (rendered / f"{unit_name}.service").read_text()
+    argv = ep.exec_start_argv(unit_text)
+    bind_host = ep.flags_from_argv(argv).get("host")
+    return ep.target_from_render(
+        unit_text,
+        (rendered / f"{unit_name}.env").read_text(),
+        connect_host=_connect_host(request, host, bind_host if isinstance(bind_host, str) else None),
+    )
+
+
+@pytest.fixture()
+def server(target: ep.Target) -> ep.Endpoint:
+    return ep.Endpoint(target.url, api_key=target.api_key, timeout=120.0)
+
+
+@pytest.mark.parametrize("path", ["/health", "/health_generate"])
+def test_health_routes_answer_200(server: ep.Endpoint, path: str) -> None:
+    answer = server.get(path)
+    assert answer.status == 200, f"GET {server.url}{path}: HTTP {answer.status} {answer.text[:200]!r}"
+
+
+def test_models_lists_the_served_model_name(server: ep.Endpoint, target: ep.Target) -> None:
+    assert target.model in ep.model_ids(server)
+
+
+def test_api_key_is_enforced_as_configured(server: ep.Endpoint, target: ep.Target) -> None:
+    anonymous = ep.Endpoint(server.url)
+    if target.api_key:
+        assert anonymous.get("/v1/models").status == 401, "the API key is set but not enforced"
+        assert ep.Endpoint(server.url, api_key=target.api_key + "-wrong").get("/v1/models").status == 401
+    else:
+        assert anonymous.get("/v1/models").status == 200, "no API key configured, yet the server refuses"
+
+
+def test_chat_completion_returns_content(server: ep.Endpoint, target: ep.Target) -> None:
+    message = ep.chat(server, target.model, "Say hello in one short sentence.", max_tokens=2048)
+    assert ep.answer_text(message), f"empty answer: {message!r}"
+
+
+def _probes(config: pytest.Config) -> list[ep.Probe]:
+    path = config.getoption("--sglang-probes")
+    return ep.load_probes(path)
+
+
+def test_correctness_gate(request: pytest.FixtureRequest, server: ep.Endpoint, target: ep.Target) -> None:
+    """Every probe's answer matches its regex; the report names each failed probe and its answer."""
+    results = ep.run_probes(server, target.model, _probes(request.config))
+    failed = [r for r in results if not r.ok]
+    assert not failed, "correctness gate failed:\n" + "\n".join(r.describe() for r in results)

@@ -1,0 +1,102 @@
+"""The running sglang service: active, launched exactly as the inventory renders it, as the
+service user, and alone on the GPUs.
+
+test_sglang_unit.py checks the unit *file* (byte-identical to the render, enabled, systemd's parse);
+this suite checks the *process* systemd started from it: /proc/<MainPID>/cmdline and environ
+against the render, its owner, and that every GPU process belongs to the unit's cgroup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from sglang_deploy import endpoint as ep
+
+_ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@pytest.fixture()
+def main_pid(host, unit_name: str) -> int:  # type: ignore[no-untyped-def]
+    shown = host.run(f"systemctl show -p ActiveState -p SubState -p MainPID {unit_name}.service").stdout
+    props = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+    assert (props.get("ActiveState"), props.get("SubState")) == ("active", "running"), props
+    pid = int(props.get("MainPID", "0"))
+    assert pid > 0, f"{unit_name}.service has no main process: {props}"
+    return pid
+
+
+def _rendered_environment(unit_text: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for line in unit_text.splitlines():
+        if line.startswith("Environment="):
+            for word in shlex.split(line[len("Environment=") :], posix=True):
+                name, _, value = word.replace("%%", "%").partition("=")
+                env[name] = value
+    return env
+
+
+def test_service_is_active_and_running(main_pid: int) -> None:
+    assert main_pid > 0
+
+
+def test_process_argv_is_the_rendered_execstart(host, main_pid: int, rendered_dir: Path, unit_name: str) -> None:  # type: ignore[no-untyped-def]
+    """Word for word; ``${NAME}`` words (secrets) are compared by digest against the rendered env file."""
+    expected = ep.exec_start_argv((rendered_dir / f"{unit_name}.service").read_text())
+    secrets = ep.env_file_values((rendered_dir / f"{unit_name}.env").read_text())
+    actual = host.file(f"/proc/{main_pid}/cmdline").content.decode().split("\0")[:-1]
+    assert len(actual) == len(expected), f"argv has {len(actual)} words, the render {len(expected)}"
+    for index, (want, got) in enumerate(zip(expected, actual)):
+        ref = _ENV_REF.match(want)
+        if ref:
+            assert ref.group(1) in secrets, f"{want} is not set in the rendered environment file"
+            assert _digest(got) == _digest(secrets[ref.group(1)]), f"argv[{index}]: {want} differs from the env file"
+        else:
+            assert got == want, f"argv[{index}]"
+
+
+def test_process_environment_is_the_rendered_one(host, main_pid: int, rendered_dir: Path, unit_name: str) -> None:  # type: ignore[no-untyped-def]
+    environ = host.file(f"/proc/{main_pid}/environ").content.decode(errors="replace").split("\0")
+    actual = dict(item.split("=", 1) for item in environ if "=" in item)
+    for name, value in _rendered_environment((rendered_dir / f"{unit_name}.service").read_text()).items():
+        assert actual.get(name) == value, f"{name} in the process differs from the render"
+    for name, value in ep.env_file_values((rendered_dir / f"{unit_name}.env").read_text()).items():
+        assert name in actual, f"secret {name} of the env file is missing from the process"
+        assert _digest(actual[name]) == _digest(value), f"secret {name} differs from the env file"
+
+
+def test_main_process_runs_as_the_service_user(host, main_pid: int, service_user: str) -> None:  # type: ignore[no-untyped-def]
+    status = host.file(f"/proc/{main_pid}/status").content_string
+    uids = re.search(r"^Uid:\s+(\d+)\s+(\d+)\s+(\d+)", status, re.M)
+    assert uids, status
+    want = host.user(service_user).uid
+    assert {int(u) for u in uids.groups()} == {want}, f"real/effective/saved uid {uids.groups()} != {service_user} ({want})"
+
+
+def test_nothing_else_holds_the_gpus(host, main_pid: int, unit_name: str, request: pytest.FixtureRequest) -> None:  # type: ignore[no-untyped-def]
+    """Every process nvidia-smi lists on a GPU belongs to the unit (a stale server would not)."""
+    libexec = request.config.getoption("--sglang-libexec-dir")
+    facts_run = host.run(f"python3 {libexec}/gpufacts.py facts --json")
+    assert facts_run.rc == 0, facts_run.stderr
+    facts = json.loads(facts_run.stdout)
+    assert facts["gpus"], f"nvidia-smi reports no GPU: {facts.get('errors')}"
+    cgroup = host.run(f"systemctl show -p ControlGroup --value {unit_name}.service").stdout.strip()
+    assert cgroup, f"{unit_name}.service has no control group"
+    foreign = []
+    for gpu in facts["gpus"]:
+        for proc in gpu["processes"]:
+            proc_cgroup = host.run(f"cat /proc/{int(proc['pid'])}/cgroup")
+            # With a host cgroup namespace the path carries a prefix: compare the unit's tail.
+            paths = [line.split(":", 2)[-1] for line in proc_cgroup.stdout.splitlines()]
+            if proc_cgroup.rc != 0 or not any(p == cgroup or p.endswith(cgroup) for p in paths):
+                foreign.append(f"GPU {gpu['index']}: pid {proc['pid']} {proc['name']} ({proc['used_memory_mib']} MiB)")
+    assert not foreign, "processes outside the sglang unit hold GPUs: " + "; ".join(foreign)
