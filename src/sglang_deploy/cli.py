@@ -83,12 +83,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_up(args: argparse.Namespace) -> int:
     artifacts = Path(args.artifacts) if args.artifacts else None
+    if args.inventory:
+        playbook, inventories, title = "site.yml", args.inventory, "sglang-deploy up"
+    else:
+        # No inventory: rehearse the whole rebuild in a local container (playbooks/rehearsal.yml).
+        playbook, title = "playbooks/rehearsal.yml", "sglang-deploy up (rehearsal container)"
+        inventories = [str(project_dir() / "inventory" / "rehearsal")]
+        _console.print(
+            "no inventory given: rehearsing the rebuild in the local container sglang-deploy-rehearsal "
+            "(stand-ins for the GPU, NVIDIA's repository and the hub; -i inventory/proxmox for the real box)"
+        )
     run = run_playbook(
-        "site.yml",
-        _inventories(args),
+        playbook,
+        inventories,
         limit=args.limit,
         artifacts_dir=artifacts,
-        title="sglang-deploy up",
+        title=title,
     )
     _console.print(f"artifacts: {run.artifacts}")
     return 0 if run.rc == 0 else 1
@@ -98,6 +108,11 @@ def cmd_up(args: argparse.Namespace) -> int:
 # ``register(subparsers)``, which adds its parser(s) and sets ``func`` (args -> exit status).
 COMMAND_MODULES: tuple[str, ...] = (
     "nccl_check",
+    "lock",
+    "plan",
+    "doctor",
+    "kernels",
+    "verify",
 )
 
 
@@ -117,8 +132,17 @@ def build_parser() -> argparse.ArgumentParser:
     _inventory_args(validate)
     validate.set_defaults(func=cmd_validate)
 
-    up = sub.add_parser("up", help="run site.yml (provision + verify) with live progress")
-    _inventory_args(up)
+    up = sub.add_parser(
+        "up",
+        help="run site.yml (provision + verify) with live progress; no -i: rehearse in a local container",
+    )
+    up.add_argument(
+        "-i",
+        "--inventory",
+        action="append",
+        help="inventory path (repeatable); none: the rehearsal container of inventory/rehearsal",
+    )
+    up.add_argument("-l", "--limit", help="limit to these hosts or groups (Ansible pattern)")
     up.add_argument("--artifacts", help="ansible-runner artifacts directory (default: artifacts/)")
     up.set_defaults(func=cmd_up)
 

@@ -44,6 +44,9 @@ ALIAS_GROUPS: tuple[tuple[str, ...], ...] = (
 # Names sglang accepts only through argparse prefix matching: rendered in full, because a new flag
 # sharing the prefix would make them ambiguous (the seeds' ``--tp 8`` is ``--tp-size 8``).
 ABBREVIATIONS: dict[str, str] = {"tp": "tp-size"}
+# Our own flag values that a role resolves per host (flag -> (placeholder, a value sglang's parser
+# accepts in its place for validation)): the memory planner turns ``auto`` into a fraction.
+RESOLVED_PER_HOST: dict[str, tuple[str, str]] = {"mem-fraction-static": ("auto", "0.9")}
 
 _GROUP_OF: dict[str, tuple[str, ...]] = {name: group for group in ALIAS_GROUPS for name in group}
 
@@ -159,6 +162,18 @@ class LaunchConfig:
         """The flags alone, as sglang's parser sees them (``${NAME}`` left for env references)."""
         return [word for flag in self.flags for word in flag.argv()]
 
+    def validation_argv(self) -> list[str]:
+        """:meth:`flag_argv` with our own placeholders (not sglang's) swapped for a value of the type
+        sglang parses: ``mem-fraction-static: auto`` is resolved per host by the memory planner."""
+        words: list[str] = []
+        for flag in self.flags:
+            placeholder = RESOLVED_PER_HOST.get(flag.name)
+            if placeholder is not None and str(flag.value) == placeholder[0]:
+                words += [f"--{flag.name}", placeholder[1]]
+            else:
+                words += flag.argv()
+        return words
+
     def argv(self) -> list[str]:
         return [self.python, "-m", self.module, *self.flag_argv()]
 
@@ -179,6 +194,7 @@ class LaunchConfig:
             "module": self.module,
             "argv": self.argv(),
             "flag_argv": self.flag_argv(),
+            "validation_argv": self.validation_argv(),
             "flags": {f.name: _plain(f.value) for f in self.flags},
             "environment": dict(self.environment),
             "exec_start": self.exec_start(),

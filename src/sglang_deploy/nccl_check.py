@@ -232,13 +232,21 @@ def format_variant(result: VariantResult) -> str:
     return "\n".join(lines)
 
 
+def p2p_counterpart(env: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """The same environment with NCCL's P2P transport switched the other way, for comparison."""
+    if env.get("NCCL_P2P_DISABLE") == "1":
+        allowed = {k: v for k, v in env.items() if k != "NCCL_P2P_DISABLE"}
+        return "unit environment without NCCL_P2P_DISABLE (P2P allowed)", allowed
+    return "unit environment + NCCL_P2P_DISABLE=1", {**env, "NCCL_P2P_DISABLE": "1"}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--env-from-unit", metavar="UNIT", help="use the Environment= of this systemd unit")
     source.add_argument("--env-from-file", metavar="FILE", help="KEY=VALUE lines or a rendered unit file")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="add/override a variable")
-    parser.add_argument("--compare-p2p-disable", action="store_true", help="run again with NCCL_P2P_DISABLE=1")
+    parser.add_argument("--compare-p2p-disable", action="store_true", help="run again with NCCL's P2P switched the other way")
     parser.add_argument("--gpus", type=int, default=0, help="world size (default: every visible GPU)")
     parser.add_argument("--sizes-mib", type=float, nargs="+", default=list(DEFAULT_SIZES_MIB))
     parser.add_argument("--iters", type=int, default=20)
@@ -265,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         env[key] = value
     variants = [("unit environment", env)]
     if args.compare_p2p_disable:
-        variants.append(("unit environment + NCCL_P2P_DISABLE=1", {**env, "NCCL_P2P_DISABLE": "1"}))
+        variants.append(p2p_counterpart(env))
     results = [run_variant(name, variant_env, args) for name, variant_env in variants]
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=2))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from seed_004 import SEED_004_ENV, SEED_004_FLAGS  # noqa: E402
+from seed_004 import PROFILE_ADDED_ENV, SEED_004_ENV, profile_flags  # noqa: E402
 
 PROBE = "sglang-argv-probe"
 # What molecule/sglang_server/inventory/host_vars adds on top of the profile.
@@ -46,12 +46,12 @@ def probe_output(host, unit_name: str):
 
 
 def test_systemd_hands_over_the_exact_argv(probe_output) -> None:
-    assert probe_output["argv"] == SEED_004_FLAGS + EXTRA_FLAGS
+    assert probe_output["argv"] == profile_flags() + EXTRA_FLAGS
 
 
 def test_systemd_hands_over_the_profile_environment(probe_output) -> None:
     env = probe_output["env"]
-    for name, value in SEED_004_ENV.items():
+    for name, value in {**SEED_004_ENV, **PROFILE_ADDED_ENV}.items():
         assert env.get(name) == value
     assert env["PATH"].startswith("/var/lib/sglang/ml-env/bin:")
     assert env["SGLANG_API_KEY"] == "ci-test-key"

@@ -10,7 +10,12 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from seed_004 import SEED_004_ENV, SEED_004_FLAGS  # noqa: E402,F401  (re-exported for tests)
+from seed_004 import (  # noqa: E402,F401  (re-exported for tests)
+    PROFILE_ADDED_ENV,
+    SEED_004_ENV,
+    SEED_004_FLAGS,
+    profile_flags,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers" / "sglang_server.yml"

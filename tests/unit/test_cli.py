@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, SEED_004_FLAGS
+from conftest import ROOT, profile_flags
 
 
 def _inventory(tmp_path: Path, host_vars: dict | None = None) -> Path:
@@ -39,7 +39,7 @@ def test_render_writes_a_verified_unit_with_the_seed_flags(tmp_path: Path) -> No
     assert "systemd-analyze verify: clean" in proc.stderr
     unit = (out / "glm5-01" / "sglang.service").read_text()
     flat = unit.replace(" \\\n    ", " ")
-    assert " ".join(SEED_004_FLAGS) in flat  # the seed's command line reads back flag for flag
+    assert " ".join(profile_flags()) in flat  # the seed's command line reads back flag for flag
     assert unit.startswith("#\n# Ansible managed\n#\n")
     assert (out / "glm5-01" / "sglang.env").stat().st_mode & 0o777 == 0o600
 

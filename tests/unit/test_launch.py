@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import SEED_004_ENV, SEED_004_FLAGS
+from conftest import PROFILE_ADDED_ENV, SEED_004_ENV, profile_flags
 
 from sglang_deploy.launch import EnvRef, LaunchConfig, LaunchConfigError
 
@@ -16,10 +16,13 @@ def config(flags, **kwargs) -> LaunchConfig:
 
 def test_profile_renders_seed_004_flag_for_flag(profile):
     launch = config(profile["sglang_server_flags"], env=profile["sglang_server_env"])
-    assert launch.flag_argv() == SEED_004_FLAGS
+    # Ansible templates the model directory and CUDA release; this test sees the inventory as written.
+    assert launch.flag_argv() == profile_flags("{{ hf_model_dir }}")
     assert launch.argv()[:3] == [PY, "-m", "sglang.launch_server"]
     env = dict(launch.environment)
-    for name, value in SEED_004_ENV.items():
+    for name, value in {**SEED_004_ENV, **PROFILE_ADDED_ENV}.items():
+        if name == "CUDA_HOME":
+            value = "/usr/local/cuda-{{ cuda_toolkit_server_version }}"
         assert env[name] == value
     assert env["PATH"].startswith("{{ sglang_server_venv }}/bin:")  # templated by Ansible, not here
     assert launch.tp_size == 8
@@ -129,7 +132,7 @@ def test_exec_start_has_one_flag_per_line(profile):
     text = config(profile["sglang_server_flags"]).exec_start()
     lines = text.split(" \\\n")
     assert lines[0] == f"{PY} -m sglang.launch_server"
-    assert lines[1] == "    --model lukealonso/GLM-5-NVFP4"
+    assert lines[1] == '    --model "{{ hf_model_dir }}"'  # quoted for systemd; Ansible templates it first
     assert "    --trust-remote-code" in lines
     assert len(lines) == 1 + len(profile["sglang_server_flags"])
 
@@ -137,3 +140,11 @@ def test_exec_start_has_one_flag_per_line(profile):
 def test_env_override_merges_and_removes():
     launch = config({}, env={"A": "1", "B": "2"}, env_override={"B": None, "C": 3})
     assert launch.environment == (("A", "1"), ("C", "3"))
+
+
+def test_validation_argv_swaps_our_auto_placeholder_only():
+    launch = LaunchConfig.from_vars({"mem-fraction-static": "auto", "tp-size": 8}, python="/p")
+    assert launch.flag_argv() == ["--mem-fraction-static", "auto", "--tp-size", "8"]
+    assert launch.validation_argv() == ["--mem-fraction-static", "0.9", "--tp-size", "8"]
+    fixed = LaunchConfig.from_vars({"mem-fraction-static": 0.92}, python="/p")
+    assert fixed.validation_argv() == fixed.flag_argv() == ["--mem-fraction-static", "0.92"]

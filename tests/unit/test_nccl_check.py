@@ -25,7 +25,7 @@ def test_profile_environment_as_rendered(profile):
     assert env["NCCL_P2P_LEVEL"] == "PHB"
     assert env["NCCL_IB_DISABLE"] == "1"
     assert env["NCCL_MIN_NCHANNELS"] == "8"
-    assert "NCCL_P2P_DISABLE" not in env
+    assert env["NCCL_P2P_DISABLE"] == "1"  # not in the seeds: preflight's rule for P2P "NS" boxes
 
 
 def test_systemctl_show_value_format():
@@ -54,3 +54,10 @@ def test_bad_env_argument_is_rejected():
     )
     assert proc.returncode == 2
     assert "expected KEY=VALUE" in proc.stderr
+
+
+def test_p2p_counterpart_switches_the_other_way():
+    name, env = nccl_check.p2p_counterpart({"NCCL_P2P_LEVEL": "PHB"})
+    assert env == {"NCCL_P2P_LEVEL": "PHB", "NCCL_P2P_DISABLE": "1"} and "+ NCCL_P2P_DISABLE=1" in name
+    name, env = nccl_check.p2p_counterpart({"NCCL_P2P_LEVEL": "PHB", "NCCL_P2P_DISABLE": "1"})
+    assert env == {"NCCL_P2P_LEVEL": "PHB"} and "P2P allowed" in name
