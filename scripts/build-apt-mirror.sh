@@ -161,16 +161,7 @@ stop() {
     rm -f "$PIDFILE"
     return 0
   }
-  local pid
-  pid="$(cat "$PIDFILE")"
-  log "stopping the mirror's http.server (pid ${pid})"
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + 15))
-  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.5; done
-  if kill -0 "$pid" 2>/dev/null; then
-    warn "http.server (pid ${pid}) ignored SIGTERM for 15s; killing it"
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
+  stop_process "$(cat "$PIDFILE")" "the mirror's http.server" 15
   rm -f "$PIDFILE"
 }
 

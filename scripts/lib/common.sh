@@ -47,6 +47,20 @@ STEP_RESULTS=()
 CURRENT_STEP=""
 CURRENT_STEP_START=0
 
+# stop_process PID NAME SECONDS: SIGTERM, a bounded wait, then SIGKILL.
+stop_process() {
+  local pid="$1" name="$2" grace="$3"
+  kill -0 "$pid" 2>/dev/null || return 0
+  log "stopping ${name} (pid ${pid})"
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + grace))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.5; done
+  if kill -0 "$pid" 2>/dev/null; then
+    warn "${name} (pid ${pid}) did not stop within ${grace}s; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+}
+
 run_step() {
   local name="$1"
   shift

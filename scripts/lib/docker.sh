@@ -63,15 +63,6 @@ docker_ensure_engine() {
 # docker_stop_engine: stop dockerd only if this script started it; bounded wait, then SIGKILL.
 docker_stop_engine() {
   [[ -n "$DOCKERD_PID" ]] || return 0
-  if kill -0 "$DOCKERD_PID" 2>/dev/null; then
-    log "stopping dockerd (pid ${DOCKERD_PID})"
-    kill -TERM "$DOCKERD_PID" 2>/dev/null || true
-    local deadline=$((SECONDS + 30))
-    while kill -0 "$DOCKERD_PID" 2>/dev/null && ((SECONDS < deadline)); do sleep 1; done
-    if kill -0 "$DOCKERD_PID" 2>/dev/null; then
-      warn "dockerd did not stop within 30s; killing it"
-      kill -KILL "$DOCKERD_PID" 2>/dev/null || true
-    fi
-  fi
+  stop_process "$DOCKERD_PID" dockerd 30
   DOCKERD_PID=""
 }

@@ -11,20 +11,10 @@ from pathlib import Path
 from rich.console import Console
 
 from sglang_deploy import unitcheck
+from sglang_deploy.commands import add_inventory_args
 from sglang_deploy.runner import project_dir, run_playbook
 
 _console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _inventory_args(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
-    parser.add_argument(
-        "-i",
-        "--inventory",
-        action="append",
-        required=required,
-        help="inventory path (repeatable); default: the project's inventory/proxmox",
-    )
-    parser.add_argument("-l", "--limit", help="limit to these hosts or groups (Ansible pattern)")
 
 
 def _inventories(args: argparse.Namespace) -> list[str]:
@@ -124,25 +114,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     render = sub.add_parser("render", help="write each host's systemd unit + env file locally")
-    _inventory_args(render)
+    add_inventory_args(render)
     render.add_argument("--out", default="render-out", help="output directory (default: render-out)")
     render.set_defaults(func=cmd_render)
 
     validate = sub.add_parser("validate", help="check the flags with the lane's pinned sglang parser")
-    _inventory_args(validate)
+    add_inventory_args(validate)
     validate.set_defaults(func=cmd_validate)
 
     up = sub.add_parser(
         "up",
         help="run site.yml (provision + verify) with live progress; no -i: rehearse in a local container",
     )
-    up.add_argument(
-        "-i",
-        "--inventory",
-        action="append",
-        help="inventory path (repeatable); none: the rehearsal container of inventory/rehearsal",
-    )
-    up.add_argument("-l", "--limit", help="limit to these hosts or groups (Ansible pattern)")
+    add_inventory_args(up, help_text="inventory path (repeatable); none: the rehearsal container of inventory/rehearsal")
     up.add_argument("--artifacts", help="ansible-runner artifacts directory (default: artifacts/)")
     up.set_defaults(func=cmd_up)
 

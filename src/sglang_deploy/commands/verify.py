@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from sglang_deploy import endpoint
+from sglang_deploy.commands import add_inventory_args
 from sglang_deploy.runner import project_dir, run_playbook
 
 ENDPOINT_SUITE = "tests/infra/test_endpoint.py"
@@ -32,13 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="run the testinfra suites (inventory) or the endpoint suite (--endpoint URL)",
         description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
     )
-    parser.add_argument(
-        "-i",
-        "--inventory",
-        action="append",
-        help="inventory path (repeatable); default: the project's inventory/proxmox",
-    )
-    parser.add_argument("-l", "--limit", help="limit to these hosts or groups (Ansible pattern)")
+    add_inventory_args(parser)
     parser.add_argument("--endpoint", metavar="URL", help="check this server only, e.g. http://10.0.0.5:8000")
     parser.add_argument("--model", help="served model name /v1/models must list (with --endpoint)")
     parser.add_argument("--api-key", help=f"API key for --endpoint (default: ${endpoint.API_KEY_ENV})")
