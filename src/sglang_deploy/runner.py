@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 # Events that close a task on one host, and the counter each one bumps.
@@ -58,11 +60,20 @@ class ProgressView:
     console: Console
     hosts: dict[str, HostProgress] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    # Not on a terminal (CI, a pipe, a log file): one timestamped line per play and task instead of
+    # the live table, so an hours-long run still shows where it is.
+    plain: bool = False
 
     def handle(self, event: Mapping[str, Any]) -> bool:
         data = event.get("event_data") or {}
         host = data.get("host") or data.get("remote_addr")
         kind = event.get("event", "")
+        if self.plain and kind in ("playbook_on_play_start", "playbook_on_task_start"):
+            what = "PLAY" if kind == "playbook_on_play_start" else "TASK"
+            name = data.get("play" if what == "PLAY" else "task", "")
+            role = data.get("role")
+            label = f"{role} : {name}" if what == "TASK" and role else name
+            self.console.print(f"{time.strftime('%H:%M:%S')} {what} [{label}]", markup=False, highlight=False)
         if kind == "runner_on_start" and host:
             self._host(host).task = str(data.get("task", ""))
         elif kind in _RESULT_EVENTS and host:
@@ -96,7 +107,8 @@ class ProgressView:
         message = result.get("msg") or result.get("stderr") or result.get("module_stderr") or result
         line = f"[{host}] {data.get('task', '?')}: {message}"
         self.failures.append(line)
-        self.console.print(f"[bold red]FAILED[/] {line}", markup=True, highlight=False)
+        # escape(): "[host]" would otherwise be read as Rich markup and vanish from the line.
+        self.console.print(f"[bold red]FAILED[/] {escape(line)}", markup=True, highlight=False)
 
 
 @dataclass(frozen=True)
@@ -145,6 +157,7 @@ def run_playbook(
             kwargs["event_handler"] = lambda e: (view.handle(e), screen.update(view.table(title)))[0]
             result = ansible_runner.run(**kwargs)
     else:
+        view.plain = live
         result = ansible_runner.run(**kwargs)
     if live:
         console.print(view.table(f"{title}: recap ({result.status})"))
