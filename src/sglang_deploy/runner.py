@@ -73,7 +73,9 @@ class ProgressView:
             name = data.get("play" if what == "PLAY" else "task", "")
             role = data.get("role")
             label = f"{role} : {name}" if what == "TASK" and role else name
-            self.console.print(f"{time.strftime('%H:%M:%S')} {what} [{label}]", markup=False, highlight=False)
+            self.console.print(
+                f"{time.strftime('%H:%M:%S')} {what} [{label}]", markup=False, highlight=False, soft_wrap=True
+            )
         if kind == "runner_on_start" and host:
             self._host(host).task = str(data.get("task", ""))
         elif kind in _RESULT_EVENTS and host:
@@ -108,7 +110,7 @@ class ProgressView:
         line = f"[{host}] {data.get('task', '?')}: {message}"
         self.failures.append(line)
         # escape(): "[host]" would otherwise be read as Rich markup and vanish from the line.
-        self.console.print(f"[bold red]FAILED[/] {escape(line)}", markup=True, highlight=False)
+        self.console.print(f"[bold red]FAILED[/] {escape(line)}", markup=True, highlight=False, soft_wrap=True)
 
 
 @dataclass(frozen=True)
