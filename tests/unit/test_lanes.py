@@ -37,27 +37,21 @@ def test_shipped_lanes() -> None:
     assert DEFAULT_LANE in lane_names()
 
 
-def test_cu128_matches_pypi_metadata_of_sglang_0_5_10_post1() -> None:
-    lane = load_lane("cu128")
-    assert (lane.sglang, lane.torch, lane.sglang_kernel, lane.transformers) == (
-        "0.5.10.post1",
-        "2.9.1",
-        "0.4.1",
-        "5.3.0",
-    )
-    assert lane.cuda == "12.8"
-    assert lane.required_archs == ("sm_120",)
+@pytest.mark.parametrize(
+    ("name", "pins", "cuda"),
+    [
+        ("cu128", ("0.5.10.post1", "2.9.1", "0.4.1", "5.3.0"), "12.8"),
+        ("cu130", ("0.5.23", "2.14.1", "0.4.10", "5.19.0"), "13.0"),
+    ],
+)
+def test_lane_matches_pypi_metadata_of_its_sglang(name: str, pins: tuple[str, ...], cuda: str) -> None:
+    lane = load_lane(name)
+    assert (lane.sglang, lane.torch, lane.sglang_kernel, lane.transformers) == pins
+    assert lane.cuda == cuda
 
 
-def test_cu130_matches_pypi_metadata_of_sglang_0_5_23() -> None:
-    lane = load_lane("cu130")
-    assert (lane.sglang, lane.torch, lane.sglang_kernel, lane.transformers) == (
-        "0.5.23",
-        "2.14.1",
-        "0.4.10",
-        "5.19.0",
-    )
-    assert lane.cuda == "13.0"
+def test_cu128_requires_sm_120_cubins() -> None:
+    assert load_lane("cu128").required_archs == ("sm_120",)
 
 
 @pytest.mark.parametrize("name", lane_names())
