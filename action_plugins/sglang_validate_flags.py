@@ -12,8 +12,8 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 
 try:
-    from sglang_deploy.lanes import load_lane
-    from sglang_deploy.validator import validate_flags
+    from sglang_deploy.lanes import LaneError, load_lane
+    from sglang_deploy.validator import ValidatorError, ensure_validator_env, torch_source, validate_flags
 except ImportError as exc:
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "
@@ -38,14 +38,19 @@ class ActionModule(ActionBase):
             argv = tuple(str(word) for word in spec["flag_argv"])
             try:
                 lane = load_lane(lane_name)
-            except (KeyError, ValueError, FileNotFoundError) as err:
+            except (LaneError, KeyError, ValueError, FileNotFoundError) as err:
                 errors.append(f"host {host}: sglang_server_lane={lane_name!r}: {err}")
                 continue
             key = (lane_name, argv)
-            if key not in verdicts:
-                verdicts[key] = validate_flags(list(argv), lane, host=host)
+            try:
+                if key not in verdicts:
+                    verdicts[key] = validate_flags(list(argv), lane, host=host)
+                source = torch_source(ensure_validator_env(lane))
+            except ValidatorError as err:
+                # The validator could not run (no torch source, a broken venv): not a flag problem.
+                return {**result, "failed": True, "msg": f"cannot validate the flags of {host}: {err}"}
             verdict = verdicts[key]
-            checked[host] = f"sglang {lane.sglang} ({lane.name})"
+            checked[host] = f"sglang {lane.sglang} ({lane.name}; validator torch from {source})"
             if verdict.problems:
                 errors.append(verdict.format(host))
         if errors:

@@ -8,7 +8,8 @@ besides sglang. It reads one JSON request on stdin and writes one JSON answer on
     answer:  {"sglang_version": str,
               "segment_errors": [str | null, ...],  # one per segment; all null when argv parses
               "rest_error": str | null,              # argv less the failing segments
-              "options": [{"option_strings": [...], "choices": [...] | null}, ...]}
+              "segment_values": [{dest: value} | null, ...],  # what each segment sets, typed
+              "options": [{"option_strings": [...], "dest": str, "choices": [...] | null}, ...]}
 
 Why segments: argparse stops at the first error; re-parsing each flag with its values on its own
 reports every problem of a command line in one subprocess call.
@@ -105,15 +106,47 @@ def _sglang_parser(*, relaxed: bool) -> argparse.ArgumentParser:
 
 
 def _options(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
-    """Every option's strings and choices, so the caller can list valid values and suggest names."""
+    """Every option's strings, destination and choices, so the caller can list valid values,
+    suggest names and find two spellings of one option (same ``dest``)."""
     return [
         {
             "option_strings": list(action.option_strings),
+            "dest": action.dest,
             "choices": None if action.choices is None else [str(c) for c in action.choices],
         }
         for action in parser._actions
         if action.option_strings
     ]
+
+
+class _Unset:
+    """Default of every option while a segment is parsed alone: what it still holds was not set."""
+
+
+def _plain(value: Any) -> Any:
+    """A parsed value as JSON can carry it (numbers stay numbers for the range checks)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return str(value)
+
+
+def _segment_values(parser: argparse.ArgumentParser, segment: list[str]) -> dict[str, Any] | None:
+    """``dest -> value`` that one segment sets, as sglang's parser typed it (``128k`` -> 128000);
+    None when the segment does not parse on its own."""
+    try:
+        parsed = vars(parser.parse_args(segment))
+    except (SystemExit, Exception):  # noqa: BLE001 -- _parse reports why
+        return None
+    return {dest: _plain(value) for dest, value in parsed.items() if not isinstance(value, _Unset)}
+
+
+def _unset_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if action.option_strings and action.default is not argparse.SUPPRESS:
+            action.default = _Unset()
+    return parser
 
 
 def probe(request: dict[str, Any]) -> dict[str, Any]:
@@ -125,6 +158,8 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
     segments: list[list[str]] = request["segments"]
     segment_errors: list[str | None] = [None] * len(segments)
     rest_error = None
+    alone = _unset_defaults(_sglang_parser(relaxed=True))
+    segment_values = [_segment_values(alone, segment) for segment in segments]
     if _parse(parser, request["argv"]) is not None:
         relaxed = _sglang_parser(relaxed=True)
         segment_errors = [_parse(relaxed, segment) for segment in segments]
@@ -139,6 +174,7 @@ def probe(request: dict[str, Any]) -> dict[str, Any]:
         "sglang_version": importlib.metadata.version("sglang"),
         "segment_errors": segment_errors,
         "rest_error": rest_error,
+        "segment_values": segment_values,
         "options": _options(parser),
     }
 

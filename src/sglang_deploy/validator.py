@@ -7,10 +7,19 @@ a plain ``argparse.ArgumentParser``, as ``sglang serve`` builds it), so this mod
 CPU-only venv per sglang version (sglang ``--no-deps``, a CPU torch, triton and the few packages
 ``sglang.srt.server_args`` imports) and runs ``_validator_probe.py`` in it, once per validation.
 
+The venv's torch comes from the first of these sources that works (``torch_sources``), each
+failure said in one line; the one used is recorded in the venv's marker (``torch_source``):
+    1. the lane's CPU index (``validator.torch_index``), if it answers within a few seconds;
+    2. a CPU (``+cpu``) torch wheel for the venv's Python and this machine in pip's configured
+       find-links and indexes (``pip config list``, PIP_* variables included): the lane's
+       version if there is one, else the newest;
+    3. the lane's torch through pip's own configuration: usually PyPI's CUDA build, several GB.
+
 Environment (POSIX control nodes only: the build lock uses ``fcntl``):
     SGLANG_DEPLOY_CACHE                  cache root (default ~/.cache/sglang-deploy)
-    SGLANG_DEPLOY_VALIDATOR_TORCH        pip requirement for the venv's torch (default: the lane's)
-    SGLANG_DEPLOY_VALIDATOR_TORCH_INDEX  index the torch step installs from (pip --index-url);
+    SGLANG_DEPLOY_VALIDATOR_TORCH        pip requirement for the venv's torch; when it or the index
+                                         below is set, it is the only source tried
+    SGLANG_DEPLOY_VALIDATOR_TORCH_INDEX  index that torch is installed from (pip --index-url);
                                          empty = pip's own configuration. Default: the lane's index,
                                          or empty when SGLANG_DEPLOY_VALIDATOR_TORCH is set.
     SGLANG_DEPLOY_VALIDATOR_PYTHON       interpreter the venv is made from (default: this one)
@@ -19,21 +28,34 @@ Environment (POSIX control nodes only: the build lock uses ``fcntl``):
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import difflib
 import fcntl
+import http.client
 import json
 import os
+import platform
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Literal
+
+from packaging.requirements import Requirement
+from packaging.tags import platform_tags
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
 
 from sglang_deploy.lanes import DEFAULT_LANE, Lane, LaneError, lane_names, load_lane
 
@@ -47,11 +69,16 @@ FLAGS_VARIABLE = "sglang_server_flags"
 
 _PROBE = Path(__file__).with_name("_validator_probe.py")
 _MARKER = "sglang-deploy-validator.json"
-_MARKER_FORMAT = 1
+_MARKER_FORMAT = 2
+_MARKER_TORCH_SOURCE = "torch_source"
 _PROBE_TIMEOUT_S = 300
 _OUTPUT_TAIL_LINES = 40
 _SUGGESTION_CUTOFF = 0.7
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse treats these as values
+_REACH_TIMEOUT_S = 5
+"""How long an index or find-links page may take to answer before its source is skipped."""
+_TORCH_PIP_NETWORK = ("--timeout", "20", "--retries", "2")
+"""Keeps pip's retry loop on a failing torch source short, so the next one is tried soon."""
 
 ProblemKind = Literal[
     "unknown_flag",
@@ -61,6 +88,9 @@ ProblemKind = Literal[
     "unexpected_value",
     "ambiguous_flag",
     "missing_required",
+    "abbreviation",
+    "conflict",
+    "out_of_range",
     "other",
 ]
 
@@ -92,7 +122,7 @@ class FlagProblem:
         if self.value is not None:
             subject += f" {self.value!r}"
         text = f"{where}sglang {sglang_version} rejects {subject}: {self.message}"
-        if self.suggestion is None:
+        if self.suggestion is None or self.kind == "abbreviation":
             text += "."
         elif self.kind == "invalid_choice":
             text += f"; did you mean {self.suggestion!r}?"
@@ -119,6 +149,10 @@ class FlagProblem:
             "unexpected_value": f"set {ref} to true (a bare switch) {inventory}.",
             "ambiguous_flag": f"spell {ref} out as one of the full flag names {inventory}.",
             "missing_required": f"set {ref} {inventory}.",
+            "abbreviation": f"rename {ref} to '{(self.suggestion or '').lstrip('-')}' {inventory}.",
+            "conflict": f"keep one of the two keys {inventory} (to replace a profile value use "
+            "sglang_server_flags_override with the same key).",
+            "out_of_range": f"set {ref} to a value in that range {inventory}.",
         }
         return fixes.get(self.kind, f"correct {ref} {inventory}.")
 
@@ -172,10 +206,12 @@ class Segment:
 
 @dataclass(frozen=True)
 class Option:
-    """One action of sglang's parser: its option strings and, if fixed, its choices."""
+    """One action of sglang's parser: its option strings, if fixed its choices, and the ``dest``
+    its value lands in (two spellings of one setting share it)."""
 
     option_strings: tuple[str, ...]
     choices: tuple[str, ...] | None
+    dest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +222,8 @@ class ProbeAnswer:
     segment_errors: tuple[str | None, ...]
     rest_error: str | None
     options: tuple[Option, ...]
+    segment_values: tuple[Mapping[str, Any] | None, ...] = ()
+    """Per segment, ``dest -> value`` as sglang's parser typed it (None: it does not parse)."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ProbeAnswer:
@@ -197,22 +235,29 @@ class ProbeAnswer:
                 Option(
                     tuple(o["option_strings"]),
                     None if o["choices"] is None else tuple(o["choices"]),
+                    o.get("dest"),
                 )
                 for o in data["options"]
             ),
+            segment_values=tuple(data.get("segment_values") or ()),
         )
 
 
 @dataclass(frozen=True)
 class BuildSpec:
     """Everything the validator venv is built from; recorded in its marker file, so a changed
-    lane or override rebuilds it instead of silently validating with a stale one."""
+    lane or override rebuilds it instead of silently validating with a stale one.
+
+    ``torch`` and ``torch_index`` are the lane's (the first torch source) unless
+    ``torch_explicit``: then they come from the environment and are the only source.
+    """
 
     python: str
     python_version: str
     sglang: str
     torch: str
     torch_index: str
+    torch_explicit: bool
     packages: tuple[str, ...]
 
     def marker(self) -> dict[str, Any]:
@@ -221,6 +266,65 @@ class BuildSpec:
         fields = asdict(self)
         del fields["python"]
         return {"format": _MARKER_FORMAT, **fields, "packages": list(self.packages)}
+
+    def matches(self, marker: Mapping[str, Any] | None) -> bool:
+        """Whether a venv with ``marker`` was built from this spec. Which torch source won does
+        not count: the venv would otherwise be rebuilt whenever a network comes or goes."""
+        if marker is None:
+            return False
+        return {k: v for k, v in marker.items() if k != _MARKER_TORCH_SOURCE} == self.marker()
+
+
+@dataclass(frozen=True)
+class TorchSource:
+    """One place the validator venv's torch can come from (see ``torch_sources``).
+
+    ``label`` names it in progress lines, errors and the venv's marker; ``pip_args`` is what
+    ``pip install`` gets (index options and a requirement, or a wheel's path or URL); ``skipped``
+    says why it is not tried at all (an unreachable index, no fitting wheel), None when it is.
+    """
+
+    label: str
+    pip_args: tuple[str, ...]
+    skipped: str | None = None
+
+
+@dataclass(frozen=True)
+class PipConfig:
+    """What pip's install command is configured with, as far as finding a torch goes."""
+
+    find_links: tuple[str, ...]
+    indexes: tuple[str, ...]
+    """index-url (only when configured: pip's default, PyPI, has no ``+cpu`` builds since it
+    refuses local versions) and every extra-index-url."""
+    cert: str
+    proxy: str
+
+    @classmethod
+    def of(cls, python: str) -> PipConfig:
+        """``python -m pip config list``: pip's files and PIP_* variables, merged as pip does
+        (global, then the install section, then the environment)."""
+        command = [python, "-m", "pip", "config", "list"]
+        done = subprocess.run(command, check=False, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ValidatorError(
+                f"reading pip's configuration failed ({' '.join(command)}, exit "
+                f"{done.returncode}):\n{_tail(done.stderr)}\nFix: correct pip's configuration "
+                "(`pip config debug` names its files) or the PIP_* variables."
+            )
+        values: dict[str, str] = {}
+        for section in ("global", "install", ":env:"):
+            for line in done.stdout.splitlines():
+                key, _, value = line.partition("=")
+                if key.startswith(f"{section}.") and value:
+                    values[key.removeprefix(f"{section}.")] = str(ast.literal_eval(value))
+        return cls(
+            find_links=tuple(values.get("find-links", "").split()),
+            indexes=tuple(values.get("index-url", "").split())
+            + tuple(values.get("extra-index-url", "").split()),
+            cert=values.get("cert", ""),
+            proxy=values.get("proxy", ""),
+        )
 
 
 # --- the command line -> segments -> problems (pure) -------------------------------------------
@@ -254,8 +358,9 @@ _REQUIRED = "the following arguments are required: "
 def problems_from_answer(
     answer: ProbeAnswer, segments: Sequence[Segment]
 ) -> tuple[FlagProblem, ...]:
-    """Every problem: one per failing segment, then whole-line ones (a missing required option)
-    about flags not already reported."""
+    """Every problem: one per failing segment, whole-line ones (a missing required option) about
+    flags not already reported, then what sglang accepts but must not be launched: abbreviations,
+    two spellings of one setting, and values out of range."""
     problems = [
         problem_from_message(error, answer.options, segment)
         for segment, error in zip(segments, answer.segment_errors, strict=True)
@@ -264,7 +369,142 @@ def problems_from_answer(
     if answer.rest_error is not None:
         reported = {problem.flag for problem in problems}
         problems += [p for p in line_problems(answer.rest_error) if p.flag not in reported]
+    parsed = [s for s, error in zip(segments, answer.segment_errors, strict=True) if error is None]
+    problems += spelling_problems(parsed, answer.options)
+    problems += range_problems(segments, answer.segment_values, answer.options)
     return tuple(problems)
+
+
+def resolve_option(flag: str, options: Sequence[Option]) -> tuple[Option | None, bool]:
+    """The option ``flag`` (as written, without ``=value``) names, and whether it is spelt out.
+
+    argparse also accepts any unique prefix of a long option: ``--mem-fraction`` is
+    ``--mem-fraction-static`` there. (None, False) when nothing or several options match.
+    """
+    for option in options:
+        if flag in option.option_strings:
+            return option, True
+    if not flag.startswith("--"):
+        return None, False
+    matches = [o for o in options if any(name.startswith(flag) for name in o.option_strings)]
+    return (matches[0], False) if len(matches) == 1 else (None, False)
+
+
+def spelling_problems(segments: Sequence[Segment], options: Sequence[Option]) -> list[FlagProblem]:
+    """Flags sglang accepts that still must not be launched.
+
+    An abbreviation is refused: it hides the setting from everything that reads the flags by
+    name (the memory planner reads ``mem-fraction-static``, not ``mem-fraction``), and a new flag
+    with the same prefix would make it ambiguous. Two flags that land in the same ``dest`` (a
+    second spelling, an abbreviation next to the full name) are a conflict: argparse keeps the
+    last one silently, whatever the planner judged.
+    """
+    problems: list[FlagProblem] = []
+    first_by_dest: dict[str, Segment] = {}
+    for segment in segments:
+        option, spelt_out = resolve_option(segment.flag, options)
+        if option is None:
+            continue
+        # The full name the flag abbreviates (--tp -> --tp-size, not --tensor-parallel-size).
+        long_names = [n for n in option.option_strings if n.startswith("--")]
+        canonical = next((n for n in long_names if n.startswith(segment.flag)), long_names[0])
+        if not spelt_out:
+            problems.append(
+                FlagProblem(
+                    segment.flag, segment.value, f"an abbreviation of {canonical}", None,
+                    "abbreviation", canonical,
+                )
+            )
+        dest = option.dest or canonical
+        if dest in first_by_dest:
+            first = first_by_dest[dest]
+            problems.append(
+                FlagProblem(
+                    segment.flag, segment.value,
+                    f"sets the same option as {first.flag} ({canonical}); sglang would keep only "
+                    "the last of the two",
+                    None, "conflict",
+                )
+            )
+        else:
+            first_by_dest[dest] = segment
+    return problems
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric sglang option may take for a server that can start."""
+
+    low: float
+    high: float | None = None
+    low_open: bool = False  # low itself is excluded
+    high_open: bool = False
+    also: tuple[float, ...] = ()  # special values outside the range (-1: "off")
+    meaning: str = ""
+
+    def holds(self, value: float) -> bool:
+        if value in self.also:
+            return True
+        if value < self.low or (self.low_open and value == self.low):
+            return False
+        if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
+            return False
+        return True
+
+
+_COUNT = Range(1, meaning="an integer >= 1")
+_PORT = Range(1, 65535, meaning="a TCP port, 1-65535")
+# Numeric options checked before any host, with no GPU facts needed: every one the memory planner
+# reads, the parallel sizes and the ports. Keyed by option name: sglang's ``dest`` for one option
+# differs between releases (tensor_parallel_size in 0.5.10, tp_size in 0.5.23).
+RANGES: dict[str, Range] = {
+    "tp-size": _COUNT,
+    "pp-size": _COUNT,
+    "dp-size": _COUNT,
+    "ep-size": _COUNT,
+    "nnodes": _COUNT,
+    "mem-fraction-static": Range(0, 1, True, True, meaning="a fraction between 0 and 1 (or auto)"),
+    "port": _PORT,
+    "nccl-port": _PORT,
+    "chunked-prefill-size": Range(1, also=(-1,), meaning="a token count >= 1, or -1 (no chunking)"),
+    "max-prefill-tokens": _COUNT,
+    "cuda-graph-max-bs": _COUNT,
+    "cuda-graph-bs": _COUNT,
+    "max-running-requests": _COUNT,
+    "max-total-tokens": _COUNT,
+    "page-size": _COUNT,
+    "context-length": _COUNT,
+}
+
+
+def _range_of(option: Option) -> Range | None:
+    return next((RANGES[n[2:]] for n in option.option_strings if n[2:] in RANGES), None)
+
+
+def range_problems(
+    segments: Sequence[Segment],
+    values: Sequence[Mapping[str, Any] | None],
+    options: Sequence[Option],
+) -> list[FlagProblem]:
+    """Values sglang's parser accepts (right type) that no server can start with: a TP size of
+    0, a fraction of 1.5, port 70000. Checked on the values as sglang typed them (``128k``)."""
+    problems: list[FlagProblem] = []
+    for segment, parsed in zip(segments, values):
+        option, _ = resolve_option(segment.flag, options)
+        rule = None if option is None else _range_of(option)
+        if option is None or rule is None or not parsed or option.dest not in parsed:
+            continue
+        value = parsed[option.dest]
+        items = value if isinstance(value, list) else [value]
+        numbers = [v for v in items if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if any(not (v == v and rule.holds(v)) for v in numbers):  # v != v: NaN
+            problems.append(
+                FlagProblem(
+                    segment.flag, segment.value, f"out of range: want {rule.meaning}", None,
+                    "out_of_range",
+                )
+            )
+    return problems
 
 
 def problem_from_message(message: str, options: Sequence[Option], segment: Segment) -> FlagProblem:
@@ -363,6 +603,7 @@ def build_spec(lane: Lane, environ: Mapping[str, str]) -> BuildSpec:
         sglang=lane.sglang,
         torch=torch,
         torch_index=environ.get(ENV_TORCH_INDEX, default_index),
+        torch_explicit=bool(environ.get(ENV_TORCH)) or ENV_TORCH_INDEX in environ,
         packages=lane.validator.packages,
     )
 
@@ -391,7 +632,7 @@ def _venv_python(env: Path) -> Path:
 
 
 def ensure_validator_env(lane: Lane, cache_dir: Path | None = None) -> Path:
-    """The venv that runs ``lane``'s sglang parser, built once (about a minute) and then reused.
+    """The venv that runs ``lane``'s sglang parser, built once (about two minutes) and then reused.
 
     Lives at ``<cache>/validators/sglang-<version>-py<major.minor>``. Built under a file lock in a
     temporary directory beside it and renamed into place only after the probe ran in it, so a
@@ -401,7 +642,7 @@ def ensure_validator_env(lane: Lane, cache_dir: Path | None = None) -> Path:
     final = _cache_root(cache_dir) / "validators" / f"sglang-{spec.sglang}-py{spec.python_version}"
     final.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive_lock(final.with_name(final.name + ".lock")):
-        if _read_marker(final) != spec.marker() or not _venv_python(final).exists():
+        if not spec.matches(_read_marker(final)) or not _venv_python(final).exists():
             _build(spec, final, lane.validator.stand_ins)
     return final
 
@@ -425,33 +666,47 @@ def _read_marker(env: Path) -> dict[str, Any] | None:
     return marker
 
 
+def torch_source(env: Path) -> str | None:
+    """Where the torch of the validator venv ``env`` came from (a TorchSource label), or None
+    for a venv without a marker that says."""
+    source = (_read_marker(env) or {}).get(_MARKER_TORCH_SOURCE)
+    return source if isinstance(source, str) else None
+
+
 def _build(spec: BuildSpec, final: Path, stand_ins: Sequence[str]) -> None:
     """Build into a temporary sibling, check it, then swap it in (see ensure_validator_env)."""
     for leftover in final.parent.glob(f".{final.name}.*"):  # from a killed build; we hold the lock
         shutil.rmtree(leftover, ignore_errors=True)
-    _say(f"building the sglang {spec.sglang} flag validator in {final} (once; about a minute)")
+    _say(f"building the sglang {spec.sglang} flag validator in {final} (once; about two minutes)")
     started = time.monotonic()
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".building", dir=final.parent))
     try:
-        for step, command in _build_steps(spec, staging):
-            _run_step(step, command)
+        _run_step(f"creating a venv with {spec.python}", [spec.python, "-m", "venv", str(staging)])
+        source = _install_torch(spec, staging)
+        # sglang's import dependencies, then sglang itself without its (GPU) dependencies; after
+        # torch, so nothing here pulls the CUDA build.
+        pip = _pip_install(staging)
+        _run_step(f"installing {len(spec.packages)} import dependencies", [*pip, *spec.packages])
+        _run_step(
+            f"installing sglang=={spec.sglang} (--no-deps)",
+            [*pip, "--no-deps", f"sglang=={spec.sglang}"],
+        )
         _say("checking that sglang's parser loads")
         answer = _run_probe(_venv_python(staging), [], [], stand_ins)
         if answer.sglang_version != spec.sglang:
             raise ValidatorError(
                 f"the validator venv has sglang {answer.sglang_version}, expected {spec.sglang}"
             )
-        (staging / _MARKER).write_text(json.dumps(spec.marker(), indent=2), encoding="utf-8")
+        marker = {**spec.marker(), _MARKER_TORCH_SOURCE: source.label}
+        (staging / _MARKER).write_text(json.dumps(marker, indent=2), encoding="utf-8")
         _swap_in(staging, final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    _say(f"validator ready in {time.monotonic() - started:.0f} s")
+    _say(f"validator ready in {time.monotonic() - started:.0f} s (torch from {source.label})")
 
 
-def _build_steps(spec: BuildSpec, venv: Path) -> list[tuple[str, list[str]]]:
-    """torch first (from its own index, so nothing later pulls the CUDA build), then sglang's
-    import dependencies, then sglang itself without its (GPU) dependencies."""
-    pip = [
+def _pip_install(venv: Path) -> list[str]:
+    return [
         str(_venv_python(venv)),
         "-m",
         "pip",
@@ -459,31 +714,71 @@ def _build_steps(spec: BuildSpec, venv: Path) -> list[tuple[str, list[str]]]:
         "--disable-pip-version-check",
         "--no-input",
     ]
-    index = ["--index-url", spec.torch_index] if spec.torch_index else []
-    where = f" from {spec.torch_index}" if spec.torch_index else ""
-    return [
-        (f"creating a venv with {spec.python}", [spec.python, "-m", "venv", str(venv)]),
-        (f"installing {spec.torch}{where}", [*pip, *index, spec.torch]),
-        (f"installing {len(spec.packages)} import dependencies", [*pip, *spec.packages]),
-        (
-            f"installing sglang=={spec.sglang} (--no-deps)",
-            [*pip, "--no-deps", f"sglang=={spec.sglang}"],
-        ),
-    ]
+
+
+def _install_torch(spec: BuildSpec, venv: Path) -> TorchSource:
+    """Install torch from the first source that works; raise with every attempt when none does."""
+    sources = torch_sources(spec, str(_venv_python(venv)))
+    attempts: list[str] = []
+    for number, source in enumerate(sources, 1):
+        reason = source.skipped
+        if reason is None:
+            step = f"installing torch from {source.label}"
+            failed = _try_step(step, [*_pip_install(venv), *_TORCH_PIP_NETWORK, *source.pip_args])
+            if failed is None:
+                return source
+            reason = f"pip failed (exit {failed.returncode}): {_pip_error(failed.stdout)}"
+        attempts.append(f"  {number}. {source.label}: {reason}")
+        more = "; trying the next source" if number < len(sources) else ""
+        _say(f"  torch source {number}/{len(sources)}, {source.label}: not used, {reason}{more}")
+    if spec.torch_explicit:
+        fix = (
+            f"correct {ENV_TORCH} / {ENV_TORCH_INDEX}, or unset both to let the validator find "
+            "a CPU torch by itself."
+        )
+    else:
+        tag = _cpython_tag(spec.python_version)
+        fix = (
+            f"put a CPU torch wheel for Python {spec.python_version} on {platform.machine()} "
+            f"(torch-<version>+cpu-{tag}-{tag}-<platform>.whl, e.g. from "
+            f"{spec.torch_index or 'https://download.pytorch.org/whl/cpu'}/torch/) into a "
+            "directory and run `pip config set global.find-links DIR`; or let pip reach that "
+            f"index (pip's proxy setting, HTTPS_PROXY); or set {ENV_TORCH} to a pip requirement "
+            f"for a CPU torch (and {ENV_TORCH_INDEX} to its index)."
+        )
+    raise ValidatorError(
+        f"building the flag validator failed: no torch source worked for Python "
+        f"{spec.python_version} on {platform.machine()}:\n" + "\n".join(attempts) + f"\nFix: {fix}"
+    )
 
 
 def _run_step(step: str, command: list[str]) -> None:
+    failed = _try_step(step, command)
+    if failed is not None:
+        raise ValidatorError(
+            f"building the flag validator failed while {step} (exit {failed.returncode}):\n"
+            f"{_tail(failed.stdout)}"
+        )
+
+
+def _try_step(step: str, command: list[str]) -> subprocess.CompletedProcess[str] | None:
+    """Run one build command with progress lines: None when it worked, else the failed run
+    (stdout holds its output, stderr included)."""
     _say(f"  {step} ...")
     started = time.monotonic()
     done = subprocess.run(
         command, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     if done.returncode != 0:
-        raise ValidatorError(
-            f"building the flag validator failed while {step} (exit {done.returncode}):\n{_tail(done.stdout)}\n"
-            f"A CPU torch can be pointed at with {ENV_TORCH} / {ENV_TORCH_INDEX}."
-        )
+        return done
     _say(f"  {step}: done in {time.monotonic() - started:.0f} s")
+    return None
+
+
+def _pip_error(output: str) -> str:
+    """pip's verdict in one line: its first ERROR line, else its last line."""
+    lines = output.strip().splitlines() or ["(no output)"]
+    return next((line for line in lines if line.startswith("ERROR:")), lines[-1])
 
 
 def _swap_in(staging: Path, final: Path) -> None:
@@ -499,6 +794,188 @@ def _swap_in(staging: Path, final: Path) -> None:
 
 def _tail(output: str) -> str:
     return "\n".join(output.rstrip().splitlines()[-_OUTPUT_TAIL_LINES:])
+
+
+# --- where the validator's torch comes from ------------------------------------------------------
+
+_FETCH_ERRORS = (OSError, http.client.HTTPException, ValueError)
+"""What opening a page can raise: URLError, HTTPError, SSL errors and timeouts are OSErrors;
+ValueError is a malformed URL."""
+
+
+def torch_sources(spec: BuildSpec, python: str) -> list[TorchSource]:
+    """Where ``spec``'s torch can come from, in the order they are tried, for the venv whose
+    interpreter is ``python`` (its pip's configuration is the one read).
+
+    An explicit override is the only source. Otherwise: the lane's CPU index, if it answers; a
+    CPU wheel in pip's find-links and indexes that fits the venv's Python and this machine; the
+    lane's torch through pip's own configuration (PyPI's CUDA build, several GB: the last resort).
+    """
+    if spec.torch_explicit:
+        where = spec.torch_index or "pip's own configuration"
+        index = ("--index-url", spec.torch_index) if spec.torch_index else ()
+        label = f"{spec.torch} from {where} (set by {ENV_TORCH} / {ENV_TORCH_INDEX})"
+        return [TorchSource(label, (*index, spec.torch))]
+    config = PipConfig.of(python)
+    sources: list[TorchSource] = []
+    if spec.torch_index:
+        sources.append(
+            TorchSource(
+                f"the lane's CPU index {spec.torch_index}",
+                ("--index-url", spec.torch_index, spec.torch),
+                _unreachable(_project_page(spec.torch_index), config),
+            )
+        )
+    sources.append(_cpu_wheel(spec, config))
+    sources.append(
+        TorchSource(
+            f"PyPI's build of {spec.torch} through pip's own configuration "
+            "(the last resort: a CUDA build, several GB of nvidia-* wheels)",
+            (spec.torch,),
+        )
+    )
+    return sources
+
+
+def _cpu_wheel(spec: BuildSpec, config: PipConfig) -> TorchSource:
+    """The CPU torch wheel in pip's find-links and indexes that fits the venv's Python and this
+    machine: the lane's version if there is one, else the newest (find-links first on a tie)."""
+    python_tag = _cpython_tag(spec.python_version)
+    platforms = set(platform_tags())
+    places = [(f"find-links {place}", place, True) for place in config.find_links]
+    places += [(f"index {index}", _project_page(index), False) for index in config.indexes]
+    found: list[tuple[Version, str, str]] = []
+    looked: list[str] = []
+    for where, place, listing in places:
+        try:
+            links = _links(place, listing, config)
+        except _FETCH_ERRORS as exc:
+            looked.append(f"{place} ({_fetch_error(exc)})")
+            continue
+        looked.append(place)
+        for name, location in links:
+            version = _cpu_torch_version(name, python_tag, platforms)
+            if version is not None:
+                found.append((version, location, where))
+    label = "a CPU torch wheel in pip's find-links and indexes"
+    if not found:
+        missing = (
+            f"none for Python {spec.python_version} ({python_tag}) on {platform.machine()} in "
+            f"{', '.join(looked)}"
+            if looked
+            else "pip has no find-links or index-url/extra-index-url configured"
+        )
+        return TorchSource(label, (), missing)
+    wanted = Requirement(spec.torch).specifier
+    _, location, where = max(found, key=lambda f: (wanted.contains(f[0], prereleases=True), f[0]))
+    return TorchSource(f"the CPU wheel {location} in pip's {where}", (location,))
+
+
+def _cpu_torch_version(name: str, python_tag: str, platforms: set[str]) -> Version | None:
+    """The version of the CPU (``+cpu``) torch wheel file ``name`` if its tags fit the venv's
+    CPython and this machine's platform; None for any other file."""
+    try:
+        project, version, _, tags = parse_wheel_filename(name)
+    except ValueError:  # not a wheel, or a malformed name
+        return None
+    fits = any(
+        tag.interpreter == python_tag
+        and tag.abi in (python_tag, "abi3", "none")
+        and tag.platform in platforms
+        for tag in tags
+    )
+    cpu = (version.local or "").split(".")[0] == "cpu"
+    return version if project == "torch" and cpu and fits else None
+
+
+def _cpython_tag(python_version: str) -> str:
+    return "cp" + python_version.replace(".", "")
+
+
+def _project_page(index: str) -> str:
+    """An index's page for torch (PEP 503)."""
+    return index.rstrip("/") + "/torch/"
+
+
+def _links(place: str, listing: bool, config: PipConfig) -> list[tuple[str, str]]:
+    """(file name, local path or URL) of every file ``place`` links to: a local directory's
+    files when ``listing`` (a find-links directory), else the anchors of the page it is."""
+    path = _local_path(place)
+    if listing and path is not None and path.is_dir():
+        return [(child.name, str(child)) for child in sorted(path.iterdir())]
+    page = _page_url(place)
+    anchors = _Anchors()
+    with _open(page, config) as response:
+        anchors.feed(response.read().decode("utf-8", "replace"))
+    links: list[tuple[str, str]] = []
+    for href in anchors.hrefs:
+        url = urllib.parse.urljoin(page, href)
+        name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
+        local = _local_path(url)
+        links.append((name, url if local is None else str(local)))
+    return links
+
+
+class _Anchors(HTMLParser):
+    """The href of every ``<a>`` on a page: a PEP 503 project page or a find-links page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        href = dict(attrs).get("href")
+        if tag == "a" and href:
+            self.hrefs.append(href)
+
+
+def _local_path(location: str) -> Path | None:
+    """The local path a find-links entry, index or link means (a path or file:// URL), or None
+    for a remote URL."""
+    parts = urllib.parse.urlsplit(location)
+    if parts.scheme == "file":
+        return Path(urllib.request.url2pathname(parts.path))
+    if parts.scheme:
+        return None
+    return Path(location).expanduser().absolute()
+
+
+def _page_url(place: str) -> str:
+    """The URL to read for ``place``; a local directory means its index.html, as pip reads a
+    file:// index."""
+    path = _local_path(place)
+    if path is None:
+        return place
+    return (path / "index.html" if path.is_dir() else path).as_uri()
+
+
+def _unreachable(url: str, config: PipConfig) -> str | None:
+    """Why ``url`` does not answer within _REACH_TIMEOUT_S; None when it does. Checked before
+    pip is run, so an unreachable index costs seconds, not pip's retry loop."""
+    try:
+        with _open(_page_url(url), config):
+            return None
+    except _FETCH_ERRORS as exc:
+        return f"cannot read {url} ({_fetch_error(exc)})"
+
+
+def _open(url: str, config: PipConfig) -> Any:
+    """Open ``url`` with pip's cert and proxy settings where it has them, else the environment's
+    (SSL_CERT_FILE, HTTPS_PROXY, NO_PROXY), within _REACH_TIMEOUT_S."""
+    context = ssl.create_default_context(cafile=config.cert or None)
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.HTTPSHandler(context=context)]
+    if config.proxy:
+        handlers.append(urllib.request.ProxyHandler({"http": config.proxy, "https": config.proxy}))
+    return urllib.request.build_opener(*handlers).open(url, timeout=_REACH_TIMEOUT_S)
+
+
+def _fetch_error(exc: Exception) -> str:
+    """An _open failure in a few words: "HTTP 404 Not Found", "[Errno 111] Connection refused"."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"
+    if isinstance(exc, urllib.error.URLError):
+        return str(exc.reason)
+    return str(exc) or type(exc).__name__
 
 
 # --- validation ------------------------------------------------------------------------------------

@@ -1,14 +1,15 @@
 """The flag validator: pure mapping of argparse's verdicts, and the real sglang parsers (slow).
 
-The slow tests build (once, ~1 min each, then cached under ~/.cache/sglang-deploy) a CPU-only venv
-per lane and run the pinned sglang's own argparse in it -- no mocks of sglang. They need a CPU
-torch: by default from PyTorch's CPU index; where that is unreachable (CI, this machine image),
-scripts/test sets SGLANG_DEPLOY_VALIDATOR_TORCH='torch==2.13.0+cpu' (a wheel in pip's find-links)
-and SGLANG_DEPLOY_VALIDATOR_TORCH_INDEX=''.
+The slow tests build (once, ~2 min each, then cached under ~/.cache/sglang-deploy) a CPU-only venv
+per lane and run the pinned sglang's own argparse in it -- no mocks of sglang. The venv's CPU torch
+is found by the validator itself, with no variable set (test_validator_torch.py): PyTorch's CPU
+index where it is reachable, else a CPU wheel in pip's find-links or indexes (CI's machine image
+has torch 2.13.0+cpu in /opt/wheels), else PyPI's build.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from sglang_deploy.validator import (
     ValidatorError,
     build_spec,
     ensure_validator_env,
+    torch_source,
     line_problems,
     problem_from_message,
     problems_from_answer,
@@ -203,6 +205,78 @@ def test_an_accepted_line_has_no_problems() -> None:
     assert problems_from_answer(answer, segments) == ()
 
 
+# --- spellings and ranges (what sglang accepts but must not be launched) ----------------------------
+
+DEST_OPTIONS = (
+    Option(("--model-path", "--model"), None, "model_path"),
+    Option(("--mem-fraction-static",), None, "mem_fraction_static"),
+    Option(("--tp-size", "--tensor-parallel-size"), None, "tp_size"),
+    Option(("--port",), None, "port"),
+    Option(("--enable-x",), None, "x"),
+    Option(("--disable-x",), None, "x"),  # a store_false twin of --enable-x
+)
+
+
+def test_options_resolve_exactly_or_by_a_unique_prefix() -> None:
+    assert validator.resolve_option("--model", DEST_OPTIONS) == (DEST_OPTIONS[0], True)
+    assert validator.resolve_option("--mem-fraction", DEST_OPTIONS) == (DEST_OPTIONS[1], False)
+    assert validator.resolve_option("--tensor", DEST_OPTIONS) == (DEST_OPTIONS[2], False)
+    assert validator.resolve_option("--m", DEST_OPTIONS) == (None, False)  # ambiguous
+    assert validator.resolve_option("--nope", DEST_OPTIONS) == (None, False)
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--mem-fraction", "0.97"], [("--mem-fraction", "abbreviation")]),
+        (["--mem-fraction-static", "0.92", "--mem-fraction", "0.97"],
+         [("--mem-fraction", "abbreviation"), ("--mem-fraction", "conflict")]),
+        (["--model", "a", "--model-path", "b"], [("--model-path", "conflict")]),
+        (["--tp-size", "8", "--tensor-parallel-size", "4"], [("--tensor-parallel-size", "conflict")]),
+        (["--enable-x", "--disable-x"], [("--disable-x", "conflict")]),
+        (["--port", "1", "--port", "2"], [("--port", "conflict")]),
+        (["--model", "a", "--tp-size", "8", "--port=8000"], []),
+    ],
+)  # fmt: skip
+def test_abbreviations_and_second_spellings_are_found_by_dest(argv: list[str], expected: list) -> None:
+    problems = validator.spelling_problems(split_segments(argv), DEST_OPTIONS)
+    assert [(p.flag, p.kind) for p in problems] == expected
+
+
+def test_a_conflict_names_both_keys_and_the_fix() -> None:
+    (problem,) = validator.spelling_problems(split_segments(["--model", "a", "--model-path", "b"]), DEST_OPTIONS)
+    text = problem.format("0.5.10.post1", "gpu-01")
+    assert "host gpu-01: sglang 0.5.10.post1 rejects --model-path 'b': sets the same option as --model" in text
+    assert "keep one of the two keys" in text
+
+
+@pytest.mark.parametrize(
+    "flag, dest, value, ok",
+    [("--tp-size", "tp_size", 8, True), ("--tp-size", "tp_size", 0, False),
+     ("--tensor-parallel-size", "tp_size", -1, False),
+     ("--mem-fraction-static", "mem_fraction_static", 0.92, True),
+     ("--mem-fraction-static", "mem_fraction_static", 1.0, False),
+     ("--mem-fraction-static", "mem_fraction_static", 0.0, False),
+     ("--mem-fraction-static", "mem_fraction_static", float("nan"), False),
+     ("--port", "port", 65535, True), ("--port", "port", 65536, False),
+     ("--chunked-prefill-size", "chunked_prefill_size", -1, True),
+     ("--chunked-prefill-size", "chunked_prefill_size", 0, False),
+     ("--cuda-graph-bs", "cuda_graph_bs", [1, 2, 0], False), ("--cuda-graph-bs", "cuda_graph_bs", [1, 64], True),
+     ("--context-length", "context_length", 131072, True), ("--model", "model_path", "x", True)],
+)  # fmt: skip
+def test_range_checks_read_the_values_as_sglang_typed_them(flag: str, dest: str, value: object, ok: bool) -> None:
+    options = (
+        *DEST_OPTIONS[:2],
+        Option(("--tp-size", "--tensor-parallel-size"), None, "tp_size"),
+        Option(("--port",), None, "port"),
+        Option(("--chunked-prefill-size",), None, "chunked_prefill_size"),
+        Option(("--cuda-graph-bs",), None, "cuda_graph_bs"),
+        Option(("--context-length",), None, "context_length"),
+    )
+    problems = validator.range_problems(split_segments([flag, "v"]), [{dest: value}], options)
+    assert [p.kind for p in problems] == ([] if ok else ["out_of_range"])
+
+
 # --- messages --------------------------------------------------------------------------------------
 
 
@@ -289,6 +363,34 @@ def test_marker_ignores_which_python_path_made_the_venv(cu128: Lane) -> None:
     assert spec.marker()["packages"] == list(cu128.validator.packages)
 
 
+def test_marker_ignores_which_torch_source_won(cu128: Lane) -> None:
+    """A venv built while the PyTorch index was down is reused when it is back (and vice versa)."""
+    spec = build_spec(cu128, {})
+    assert spec.matches({**spec.marker(), "torch_source": "the CPU wheel /w/torch.whl from ..."})
+    assert spec.matches(spec.marker())
+    assert not spec.matches(None)
+    assert not spec.matches({**spec.marker(), "torch": "torch==2.13.0"})
+
+
+def test_an_explicit_torch_source_is_part_of_the_venvs_identity(cu128: Lane) -> None:
+    """Naming the lane's own index explicitly makes it the only source: a different venv."""
+    lane_index = cu128.validator.torch_index
+    explicit = build_spec(cu128, {ENV_TORCH_INDEX: lane_index})
+    assert (explicit.torch, explicit.torch_index, explicit.torch_explicit) == (
+        "torch==2.9.1",
+        lane_index,
+        True,
+    )
+    assert not explicit.matches(build_spec(cu128, {}).marker())
+
+
+def test_torch_source_reads_the_venvs_marker(cu128: Lane, tmp_path: Path) -> None:
+    assert torch_source(tmp_path) is None
+    marker = {**build_spec(cu128, {}).marker(), "torch_source": "the lane's CPU index https://x"}
+    (tmp_path / "sglang-deploy-validator.json").write_text(json.dumps(marker), encoding="utf-8")
+    assert torch_source(tmp_path) == "the lane's CPU index https://x"
+
+
 def test_a_broken_python_override_is_named(cu128: Lane) -> None:
     with pytest.raises(ValidatorError, match=ENV_PYTHON):
         build_spec(cu128, {ENV_PYTHON: "/nonexistent/python"})
@@ -297,10 +399,17 @@ def test_a_broken_python_override_is_named(cu128: Lane) -> None:
 def test_a_failed_build_leaves_nothing_behind(
     cu128: Lane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """pip rejects the requirement at once (no network), after the venv step ran."""
-    monkeypatch.setenv(ENV_TORCH, "torch===")
-    with pytest.raises(ValidatorError, match=r"failed while installing torch==="):
+    """pip rejects the explicit requirement at once (no network), after the venv step ran; being
+    explicit, it is the only source tried, and the fix names the variables."""
+    monkeypatch.setenv(ENV_TORCH, "torch[")
+    with pytest.raises(ValidatorError) as failed:
         ensure_validator_env(cu128, tmp_path)
+    attempt, fix = str(failed.value).splitlines()[1:3]
+    assert attempt.startswith(
+        f"  1. torch[ from pip's own configuration (set by {ENV_TORCH} / {ENV_TORCH_INDEX}): "
+        "pip failed (exit 1): ERROR: Invalid requirement: 'torch['"
+    )
+    assert fix.startswith(f"Fix: correct {ENV_TORCH} / {ENV_TORCH_INDEX}, or unset both")
     assert [p.name for p in (tmp_path / "validators").iterdir()] == [
         f"sglang-0.5.10.post1-py{sys.version_info[0]}.{sys.version_info[1]}.lock"
     ]
@@ -317,11 +426,53 @@ def test_seed_004_flags_pass_on_0_5_10_post1(cu128: Lane) -> None:
 
 
 @pytest.mark.slow
-def test_tp_passes_as_an_abbreviation_of_tp_size_on_0_5_10_post1(cu128: Lane) -> None:
+def test_an_abbreviation_is_refused_with_the_full_name_on_0_5_10_post1(cu128: Lane) -> None:
+    """argparse accepts --tp for --tp-size, but the planner and every check read full names (the
+    launch model renders an inventory's tp as --tp-size itself)."""
     argv = ["--tp" if token == "--tp-size" else token for token in SEED_004_FLAGS]
-    assert "--tp" in argv
-    result = validate_flags(argv, cu128)
-    assert result.ok, result.format()
+    (problem,) = validate_flags(argv, cu128, "gpu-01").problems
+    assert (problem.flag, problem.kind, problem.suggestion) == ("--tp", "abbreviation", "--tp-size")
+    assert "rename sglang_server_flags['tp'] to 'tp-size'" in problem.format("0.5.10.post1")
+
+
+@pytest.mark.slow
+def test_a_second_spelling_of_a_flag_is_a_conflict_found_by_dest(cu128: Lane) -> None:
+    """mem-fraction: 0.97 next to the profile's mem-fraction-static: 0.92 would silently win over
+    the fraction the memory planner judged; --model-path next to --model likewise."""
+    result = validate_flags([*SEED_004_FLAGS, "--mem-fraction", "0.97", "--model-path", "/other"], cu128)
+    found = [(p.flag, p.kind) for p in result.problems]
+    assert found == [
+        ("--mem-fraction", "abbreviation"),
+        ("--mem-fraction", "conflict"),
+        ("--model-path", "conflict"),
+    ]
+    assert "sets the same option as --mem-fraction-static" in result.problems[1].message
+    assert "sets the same option as --model" in result.problems[2].message
+
+
+def _with(argv: list[str], changes: dict[str, list[str]]) -> list[str]:
+    """``argv`` with each flag of ``changes`` set to the given values (replaced or appended)."""
+    segments = [s for s in split_segments(argv) if s.flag not in changes]
+    return [t for s in segments for t in s.tokens] + [t for f, v in changes.items() for t in (f, *v)]
+
+
+@pytest.mark.slow
+def test_values_no_server_can_start_with_are_out_of_range(cu128: Lane) -> None:
+    bad = {
+        "--tp-size": ["0"], "--mem-fraction-static": ["1.5"], "--port": ["70000"],
+        "--chunked-prefill-size": ["0"], "--max-running-requests": ["0"], "--context-length": ["0"],
+        "--max-total-tokens": ["-5"], "--page-size": ["0"], "--cuda-graph-max-bs": ["0"],
+        "--cuda-graph-bs": ["1", "2", "0"],
+    }  # fmt: skip
+    result = validate_flags(_with(SEED_004_FLAGS, bad), cu128, "gpu-01")
+    assert [(p.flag, p.kind) for p in result.problems] == [(flag, "out_of_range") for flag in bad]
+    assert "rejects --port '70000': out of range: want a TCP port, 1-65535" in result.format()
+    edges = validate_flags(_with(SEED_004_FLAGS, {"--mem-fraction-static": ["0"], "--port": ["0"]}), cu128)
+    assert [(p.flag, p.kind) for p in edges.problems] == [
+        ("--mem-fraction-static", "out_of_range"), ("--port", "out_of_range"),
+    ]  # fmt: skip
+    fine = {"--chunked-prefill-size": ["-1"], "--context-length": ["128k"]}  # -1: no chunking
+    assert validate_flags(_with(SEED_004_FLAGS, fine), cu128).ok
 
 
 @pytest.mark.slow
