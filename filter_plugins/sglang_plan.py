@@ -64,17 +64,15 @@ def sglang_memory_plan(
         if "cuda_graph_bs" in values and values["cuda_graph_bs"] is not None:
             values["cuda_graph_bs"] = tuple(values["cuda_graph_bs"])
         result = planner.plan(planner.PlanInputs(**values))
+        # auto -> the recommendation (an error when there is none); absent -> None (sglang's
+        # own heuristic stays in charge).
+        fraction = result.fraction_to_launch(requested)
     except (planner.PlanError, TypeError, ValueError) as err:
         raise AnsibleFilterError(f"host {host}: memory plan: {err}") from None
     out = result.to_dict()
     out["requested"] = requested
     out["explanation"] = result.explanation()
-    # auto -> the recommendation; absent -> None (sglang's own heuristic stays in charge).
-    out["mem_fraction_static"] = (
-        result.recommended_mem_fraction_static
-        if str(requested) == "auto"
-        else result.mem_fraction_static
-    )
+    out["mem_fraction_static"] = fraction
     return out
 
 

@@ -9,10 +9,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from sglang_deploy import unitcheck
 from sglang_deploy.commands import add_inventory_args
-from sglang_deploy.runner import project_dir, run_playbook
+from sglang_deploy.runner import RunnerError, project_dir, run_playbook
 
 _console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -137,7 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except RunnerError as err:
+        # A broken inventory, no serving hosts, no Ansible: nothing ran, so no "successful".
+        _console.print(f"[red]sglang-deploy {args.command}:[/] {escape(str(err))}")
+        return 2
 
 
 if __name__ == "__main__":

@@ -11,11 +11,13 @@ from a plan when one is given, else with a pointer to ``sglang-deploy plan``.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from string import Formatter
 from typing import Any
 
@@ -117,6 +119,24 @@ def diagnose(
                 Finding(rule.id, evidence, rule.summary, fill_placeholders(rule.fix, plan))
             )
     return findings
+
+
+class PlanFileError(ValueError):
+    """A ``--plan`` file that is not ``sglang-deploy plan --json`` output."""
+
+
+def load_plan(path: str | Path) -> dict[str, Any]:
+    """The plan a ``--plan`` file holds: a JSON object as ``sglang-deploy plan --json`` prints it."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise PlanFileError(f"--plan {path}: cannot read it as JSON ({err})") from None
+    if not isinstance(data, dict) or "recommended_mem_fraction_static" not in data:
+        raise PlanFileError(
+            f"--plan {path}: not a memory plan (want the JSON object `sglang-deploy plan --json` "
+            "prints, with recommended_mem_fraction_static)"
+        )
+    return data
 
 
 def fill_placeholders(fix: str, plan: Mapping[str, Any] | None) -> str:

@@ -3,7 +3,7 @@
 Run it ON the GPU box with the server's own interpreter (the ml-env has torch), before trusting a new
 NCCL environment or after a driver/topology change::
 
-    /var/lib/sglang/ml-env/bin/python3 nccl_check.py --env-from-unit sglang --compare-p2p-disable
+    /opt/sglang-deploy/ml-env/bin/python3 nccl_check.py --env-from-unit sglang --compare-p2p-disable
 
 One process per GPU (``torch.multiprocessing``, NCCL backend, rendezvous on 127.0.0.1). Each rank fills
 its buffer with ``rank + 1``; after ``all_reduce(SUM)`` every element must equal ``n(n+1)/2``, so a wrong
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import socket
@@ -29,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 DEFAULT_SIZES_MIB = (1, 16, 128, 512)
+# Largest buffer per GPU (MiB): a typo like 1e9 must not try to allocate petabytes.
+MAX_SIZE_MIB = 64 * 1024
 # Lines in NCCL_DEBUG=INFO output that name the transport chosen between ranks.
 _TRANSPORT_LINE = re.compile(r"(via (P2P|SHM|NET)[^\s]*|Connected all rings|Using network \w+)")
 _UNIT_ASSIGNMENT = re.compile(r"^Environment=(.*)$")
@@ -256,21 +259,63 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class UsageError(ValueError):
+    """Arguments or an environment source the check cannot run with (exit 2, one line)."""
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Sizes, counts and budgets a run can use: no NaN, infinities, zero or negative values."""
+    if args.gpus < 0:
+        raise UsageError(f"--gpus {args.gpus}: want 0 (every visible GPU) or a GPU count")
+    for name in ("iters", "timeout"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name} {getattr(args, name)}: want a positive integer")
+    for size in args.sizes_mib:
+        if not math.isfinite(size) or size <= 0 or size > MAX_SIZE_MIB:
+            raise UsageError(f"--sizes-mib {size}: want a size in MiB between 0 and {MAX_SIZE_MIB}")
+
+
+def _load_env(args: argparse.Namespace) -> dict[str, str]:
+    """The environment to check with: from the unit, a file, then --env KEY=VALUE on top."""
+    env: dict[str, str] = {}
+    if args.env_from_unit:
+        try:
+            env = env_from_unit(args.env_from_unit)
+        except (OSError, subprocess.SubprocessError) as err:
+            detail = getattr(err, "stderr", None) or err
+            raise UsageError(
+                f"--env-from-unit {args.env_from_unit}: systemctl could not show its environment "
+                f"({' '.join(str(detail).split())}). Fix: run on the GPU host, or use --env-from-file"
+            ) from None
+    elif args.env_from_file:
+        try:
+            text = Path(args.env_from_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise UsageError(f"--env-from-file {args.env_from_file}: cannot read it as text ({err})") from None
+        env = parse_env_assignments(text)
+        if not env:
+            raise UsageError(
+                f"--env-from-file {args.env_from_file}: no Environment= lines or KEY=VALUE pairs. Fix: "
+                "pass the rendered unit (sglang-deploy render) or an env file"
+            )
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise UsageError(f"--env {item!r}: expected KEY=VALUE")
+        env[key] = value
+    return env
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.child_out:
         return _run_variant_child(args)
-    env: dict[str, str] = {}
-    if args.env_from_unit:
-        env = env_from_unit(args.env_from_unit)
-    elif args.env_from_file:
-        env = parse_env_assignments(Path(args.env_from_file).read_text())
-    for item in args.env:
-        key, sep, value = item.partition("=")
-        if not sep:
-            print(f"--env {item!r}: expected KEY=VALUE", file=sys.stderr)
-            return 2
-        env[key] = value
+    try:
+        _check_numbers(args)
+        env = _load_env(args)
+    except UsageError as err:
+        print(f"nccl-check: {err}", file=sys.stderr)
+        return 2
     variants = [("unit environment", env)]
     if args.compare_p2p_disable:
         variants.append(p2p_counterpart(env))

@@ -363,6 +363,16 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def fraction_to_launch(self, requested: Any) -> float | None:
+        """The ``--mem-fraction-static`` to launch with for the flag as given: the recommendation
+        for ``auto`` (PlanError with the numbers when there is none, never "leave the flag out"),
+        the judged fraction otherwise, None when the flag is absent (sglang's own default)."""
+        if str(requested) != "auto":
+            return self.mem_fraction_static
+        if self.recommended_mem_fraction_static is None:
+            raise PlanError(f"mem-fraction-static auto cannot be resolved: {self.explanation()}")
+        return self.recommended_mem_fraction_static
+
     def explanation(self) -> str:
         """One paragraph: the verdict and why (used by the role's failure message)."""
         parts = [
@@ -375,11 +385,12 @@ class Plan:
                 f"MiB (headroom {self.headroom_mib:+,.0f} MiB)"
             )
         parts.extend(self.reasons)
-        parts.append(
-            f"recommended: {self.recommended_mem_fraction_static} (keeps a "
-            f"{self.inputs['margin_mib']:.0f} MiB margin); sglang's own default here: "
-            f"{self.sglang_default_mem_fraction_static}"
-        )
+        if self.recommended_mem_fraction_static is not None:
+            parts.append(
+                f"recommended: {self.recommended_mem_fraction_static} (keeps a "
+                f"{self.inputs['margin_mib']:.0f} MiB margin); sglang's own default here: "
+                f"{self.sglang_default_mem_fraction_static}"
+            )
         return "; ".join(parts)
 
 
@@ -436,6 +447,8 @@ def plan(inputs: PlanInputs) -> Plan:
             "for a KV pool (sglang: 'Not enough memory. Please try to increase "
             "--mem-fraction-static.')"
         )
+    if recommended is None:
+        reasons.append(_no_safe_fraction(inputs, free0, required))
     if inputs.gpu_memory_used_mib > 0:
         reasons.append(
             f"{inputs.gpu_memory_used_mib:,.0f} MiB is already in use on a GPU: stop those "
@@ -487,6 +500,25 @@ def _recommend(inputs: PlanInputs, free0: float, required: float) -> float | Non
     return best
 
 
+def _no_safe_fraction(inputs: PlanInputs, free0: float, required: float) -> str:
+    """Why no fraction is safe: the outside terms alone, or the weights, leave no KV pool."""
+    outside = required + inputs.margin_mib
+    if outside >= free0 * (1 - FRACTION_STEP):
+        why = (
+            f"the terms outside the pool ({outside:,.0f} MiB with the margin) leave nothing of the "
+            f"{free0:,.0f} MiB free at start for weights and KV cache"
+        )
+    else:
+        why = (
+            f"the weights ({inputs.weights_gib_per_gpu} GiB per GPU) leave no KV pool below the "
+            f"largest safe fraction ({1 - outside / free0:.3f} of {free0:,.0f} MiB)"
+        )
+    return (
+        f"NO SAFE FRACTION: {why}. Fix: more GPUs per replica (tp-size), a smaller model or "
+        "quantization, or lower cuda-graph-max-bs / max-running-requests / chunked-prefill-size"
+    )
+
+
 def _kv_tokens(inputs: PlanInputs, free0: float, fraction: float) -> int | None:
     """``profile_max_num_token`` + page alignment; None when weights or cell size are unknown."""
     if inputs.weights_gib_per_gpu is None or inputs.kv_bytes_per_token is None:
@@ -498,15 +530,57 @@ def _kv_tokens(inputs: PlanInputs, free0: float, fraction: float) -> int | None:
     return tokens // inputs.page_size * inputs.page_size
 
 
+# What each numeric PlanInputs field may hold: (integer?, lowest allowed, lowest is exclusive?).
+# NaN, infinities and booleans are refused for all of them; None only where the field is optional.
+_FIELD_RANGES: dict[str, tuple[bool, float, bool]] = {
+    "gpu_memory_mib": (False, 0, True),
+    "tp_size": (True, 1, False),
+    "pp_size": (True, 1, False),
+    "dp_size": (True, 1, False),
+    "weights_gib_per_gpu": (False, 0, False),
+    "kv_bytes_per_token": (True, 1, False),
+    "page_size": (True, 1, False),
+    "mem_fraction_static": (False, 0, True),
+    "cuda_graph_max_bs": (True, 1, False),
+    "max_running_requests": (True, 1, False),
+    "max_total_tokens": (True, 1, False),
+    "gpu_memory_used_mib": (False, 0, False),
+    "runtime_overhead_mib": (False, 0, False),
+    "graph_mib_per_bs": (False, 0, False),
+    "activation_mib_per_token": (False, 0, False),
+    "allocator_slack_mib": (False, 0, False),
+    "margin_mib": (False, 0, False),
+}
+
+
+def _check_number(name: str, value: Any, integer: bool, low: float, exclusive: bool) -> None:
+    kind = "an integer" if integer else "a number"
+    bound = f"> {low:g}" if exclusive else f">= {low:g}"
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type or not math.isfinite(value):
+        raise PlanError(f"{name} = {value!r} must be {kind} {bound}")
+    if value < low or (exclusive and value == low):
+        raise PlanError(f"{name} = {value!r} must be {kind} {bound}")
+
+
 def _check_inputs(inputs: PlanInputs) -> None:
-    if not inputs.gpu_memory_mib or inputs.gpu_memory_mib <= inputs.runtime_overhead_mib:
+    """Refuse inputs no GPU can have (NaN, infinities, zero or negative sizes) with a PlanError
+    naming the input, instead of a ZeroDivisionError or a nonsense verdict further down."""
+    for name, (integer, low, exclusive) in _FIELD_RANGES.items():
+        value = getattr(inputs, name)
+        if value is not None:
+            _check_number(name, value, integer, low, exclusive)
+    if inputs.chunked_prefill_size is not None and inputs.chunked_prefill_size != -1:
+        _check_number("chunked_prefill_size (or -1: no chunking)", inputs.chunked_prefill_size, True, 1, False)
+    for size in inputs.cuda_graph_bs or ():
+        _check_number("every cuda_graph_bs", size, True, 1, False)
+    if inputs.gpu_memory_mib <= inputs.runtime_overhead_mib + inputs.gpu_memory_used_mib:
         raise PlanError(
-            f"gpu memory {inputs.gpu_memory_mib!r} MiB is not a GPU's size. Fix: pass "
-            "--gpu-memory-mib (nvidia-smi --query-gpu=memory.total) or --gpu-facts"
+            f"gpu memory {inputs.gpu_memory_mib:g} MiB is not a GPU's size (the runtime overhead "
+            f"alone is {inputs.runtime_overhead_mib:g} MiB, {inputs.gpu_memory_used_mib:g} MiB in use). "
+            "Fix: pass --gpu-memory-mib (nvidia-smi --query-gpu=memory.total) or --gpu-facts"
         )
-    if inputs.tp_size < 1:
-        raise PlanError(f"tp size {inputs.tp_size} must be >= 1")
-    if inputs.mem_fraction_static is not None and not 0 < inputs.mem_fraction_static < 1:
+    if inputs.mem_fraction_static is not None and not inputs.mem_fraction_static < 1:
         raise PlanError(
             f"--mem-fraction-static {inputs.mem_fraction_static} must be between 0 and 1"
         )

@@ -7,10 +7,14 @@ status non-zero on any failure, and the run's artifacts kept (``--artifacts``) f
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
+import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,30 @@ _RESULT_EVENTS = {
     "runner_on_unreachable": "unreachable",
     "runner_on_skipped": "skipped",
 }
+
+
+# The inventory group of the GPU hosts every playbook serves.
+SERVING_GROUP = "sglang_servers"
+# Runs whose artifacts are kept under artifacts/ (ansible-runner deletes older ones).
+KEEP_ARTIFACTS = 20
+# Environment variables whose values are secrets: redacted from the artifacts ansible-runner writes.
+_SECRET_ENV_NAME = re.compile(r"(?i)(api_?key|token|secret|passw(or)?d|credential)")
+_REDACTED = "********"
+# Bound on `ansible --list-hosts`: it only reads the inventory.
+_LIST_HOSTS_TIMEOUT_S = 120
+
+
+class RunnerError(RuntimeError):
+    """Ansible cannot run as asked: an inventory that does not parse or has no serving hosts, or
+    an Ansible that does not start. The CLI reports the message on one line and exits 2."""
+
+
+class InventoryError(RunnerError):
+    """The inventory is missing, broken, or selects no serving host."""
+
+
+class AnsibleStartError(RunnerError):
+    """Ansible itself could not be started (not installed beside this interpreter, not on PATH)."""
 
 
 def project_dir() -> Path:
@@ -113,6 +141,147 @@ class ProgressView:
         self.console.print(f"[bold red]FAILED[/] {escape(line)}", markup=True, highlight=False, soft_wrap=True)
 
 
+def ansible_executable(name: str) -> str:
+    """``ansible-playbook`` & co. of the project's venv (beside this interpreter, so a bare
+    ``.venv/bin/sglang-deploy`` works without an activated venv), else from PATH."""
+    beside = Path(sys.executable).with_name(name)
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which(name)
+    if found is None:
+        raise AnsibleStartError(
+            f"cannot start Ansible: {name} is neither beside {sys.executable} nor on PATH. "
+            "Fix: run scripts/setup and use .venv/bin/sglang-deploy"
+        )
+    return found
+
+
+def ansible_env() -> dict[str, str]:
+    """Environment for every Ansible process the CLI starts: the project's ansible.cfg, the venv
+    first on PATH (Ansible starts helpers by name), and SSH host-key checking ON unless the
+    operator's own environment turns it off (ansible-runner would default it to off)."""
+    project = project_dir()
+    return {
+        "ANSIBLE_CONFIG": str(project / "ansible.cfg"),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
+
+
+def serving_hosts(
+    inventories: Sequence[str], limit: str | None = None, pattern: str = SERVING_GROUP
+) -> list[str]:
+    """The hosts of ``pattern`` (after ``limit``) in ``inventories``, as Ansible parses them.
+
+    Raises InventoryError with Ansible's parse error for a missing or broken inventory, and with
+    "no serving hosts" when nothing matches: a run that provisions nothing must not pass.
+    """
+    missing = [inventory for inventory in inventories if not Path(inventory).exists()]
+    if missing:
+        raise InventoryError(
+            f"inventory {', '.join(missing)} does not exist. Fix: pass -i with an inventory "
+            "directory or file (the project's: inventory/proxmox)"
+        )
+    command = [ansible_executable("ansible"), pattern, "--list-hosts"]
+    for inventory in inventories:
+        command += ["-i", str(Path(inventory).resolve())]
+    if limit:
+        command += ["--limit", limit]
+    env = {**os.environ, **ansible_env()}
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=env, timeout=_LIST_HOSTS_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise AnsibleStartError(f"cannot start Ansible ({command[0]}): {err}") from None
+    where = ", ".join(inventories)
+    no_match = "leaves us with no hosts" in done.stderr  # ansible's own exit 1 for a --limit
+    if done.returncode != 0 and not no_match:
+        raise InventoryError(
+            f"inventory {where} does not parse: {_parse_error(done.stderr) or done.stdout.strip()}. "
+            "Fix: correct the file (ansible-inventory -i INV --list shows what Ansible sees)"
+        )
+    hosts = [] if no_match else [line.strip() for line in done.stdout.splitlines()[1:] if line.strip()]
+    if not hosts:
+        selection = f"{pattern}" + (f" limited to {limit!r}" if limit else "")
+        raise InventoryError(
+            f"no serving hosts in {where}: {selection} matches no host. Fix: list the GPU hosts under "
+            f"the group {SERVING_GROUP} (see inventory/proxmox/hosts.yml)"
+            + (" or correct --limit" if limit else "")
+        )
+    return hosts
+
+
+def _parse_error(stderr: str) -> str:
+    """The parser's own complaint (the YAML plugin's when there is one) and where, on one line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    failures = [i for i, line in enumerate(lines) if "Failed to parse" in line and "plugin:" in line]
+    preferred = [i for i in failures if "'yaml' plugin" in lines[i] or "'auto' plugin" in lines[i]] or failures
+    if not preferred:
+        return " ".join(line for line in lines if "ERROR" in line)
+    explained = []
+    for first in preferred:
+        origin = next((line for line in lines[first + 1 : first + 12] if line.startswith("Origin:")), "")
+        reason = lines[first].removeprefix("[WARNING]:").strip()
+        explained.append(f"{reason} ({origin})" if origin else reason)
+    # An origin with a line number (file:LINE:COL) points at the mistake; prefer it.
+    return next((text for text in explained if re.search(r":\d+:\d+\)$", text)), explained[0])
+
+
+def redact_secret_env(artifact_dir: Path) -> None:
+    """ansible-runner writes the whole environment of the run into ``<artifacts>/command``; the
+    values of secret-looking variables (API keys, tokens, passwords) are replaced there."""
+    command_file = artifact_dir / "command"
+    try:
+        data = json.loads(command_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    env = data.get("env") or {}
+    if not any(_SECRET_ENV_NAME.search(name) and value for name, value in env.items()):
+        return
+    data["env"] = {
+        name: _REDACTED if _SECRET_ENV_NAME.search(name) and value else value
+        for name, value in env.items()
+    }
+    command_file.write_text(json.dumps(data), encoding="utf-8")
+    command_file.chmod(0o600)
+
+
+def _private_dir(path: Path) -> Path:
+    """An artifacts directory only its owner can read: runs hold inventory data and journals."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+    return path
+
+
+def runner_kwargs(
+    private_data_dir: Path,
+    *,
+    event_handler: Callable[[Mapping[str, Any]], bool],
+    status_handler: Callable[..., None] | None = None,
+    keep_artifacts: int = KEEP_ARTIFACTS,
+) -> dict[str, Any]:
+    """What every ansible_runner.run() of the CLI shares: the project's environment, private and
+    rotated artifacts, no env/ files, and the secret environment redacted as soon as it is on disk."""
+
+    def on_status(data: Mapping[str, Any], runner_config: Any = None) -> None:
+        if data.get("status") != "starting" and runner_config is not None:
+            redact_secret_env(Path(runner_config.artifact_dir))
+        if status_handler is not None:
+            status_handler(data, runner_config=runner_config)
+
+    return {
+        "private_data_dir": str(_private_dir(private_data_dir)),
+        "envvars": ansible_env(),
+        "quiet": True,
+        "event_handler": event_handler,
+        "status_handler": on_status,
+        "rotate_artifacts": keep_artifacts,
+        "suppress_env_files": True,
+    }
+
+
 @dataclass(frozen=True)
 class PlaybookRun:
     rc: int
@@ -131,36 +300,50 @@ def run_playbook(
     title: str = "sglang-deploy",
     console: Console | None = None,
     live: bool = True,
+    keep_artifacts: int = KEEP_ARTIFACTS,
 ) -> PlaybookRun:
-    """Run ``playbook`` (relative to the project) and return its outcome; never raises on failure."""
+    """Run ``playbook`` (relative to the project) and return its outcome.
+
+    Raises RunnerError before anything runs when the inventory is broken or selects no serving
+    host, or Ansible cannot start; a failing play is returned (rc != 0), not raised.
+    """
     import ansible_runner  # heavy import, only when a playbook actually runs
 
+    serving_hosts(inventory, limit)
+    ansible_executable("ansible-playbook")  # ansible-runner starts it by name from ansible_env()'s PATH
     console = console or Console(stderr=True)
     project = project_dir()
     artifacts = (artifacts_dir or project / "artifacts").resolve()
-    artifacts.mkdir(parents=True, exist_ok=True)
-    # ansible-playbook must be the one installed beside this interpreter (the project's venv).
-    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-    view = ProgressView(console)
-    kwargs: dict[str, Any] = dict(
-        private_data_dir=str(artifacts),
+    view = ProgressView(console, plain=live and not console.is_terminal)
+    screen = Live(view.table(title), console=console, refresh_per_second=4) if live and console.is_terminal else None
+
+    def on_event(event: Mapping[str, Any]) -> bool:
+        keep = view.handle(event)
+        if screen is not None:
+            screen.update(view.table(title))
+        return keep
+
+    def on_status(*_: Any, **__: Any) -> None:
+        if screen is not None:
+            screen.update(view.table(title))
+
+    kwargs = runner_kwargs(
+        artifacts, event_handler=on_event, status_handler=on_status, keep_artifacts=keep_artifacts
+    )
+    kwargs.update(
         project_dir=str(project),
         playbook=str(project / playbook),
         inventory=[str(Path(i).resolve()) for i in inventory],
         extravars=dict(extravars or {}),
         limit=limit,
-        quiet=True,
-        event_handler=view.handle,
-        envvars={"ANSIBLE_CONFIG": str(project / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"},
     )
-    if live and console.is_terminal:
-        with Live(view.table(title), console=console, refresh_per_second=4) as screen:
-            kwargs["status_handler"] = lambda *_, **__: screen.update(view.table(title))
-            kwargs["event_handler"] = lambda e: (view.handle(e), screen.update(view.table(title)))[0]
+    if screen is not None:
+        with screen:
             result = ansible_runner.run(**kwargs)
     else:
-        view.plain = live
         result = ansible_runner.run(**kwargs)
+    artifact_dir = Path(result.config.artifact_dir)
+    redact_secret_env(artifact_dir)
     if live:
         console.print(view.table(f"{title}: recap ({result.status})"))
     rc = result.rc if result.rc is not None else 1
@@ -171,6 +354,6 @@ def run_playbook(
     return PlaybookRun(
         rc=rc,
         status=str(result.status),
-        artifacts=Path(result.config.artifact_dir),
+        artifacts=artifact_dir,
         failures=tuple(view.failures),
     )

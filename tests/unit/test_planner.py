@@ -383,7 +383,7 @@ def plan_command_args(*argv: str) -> object:
 
 # --- role integration: roles/sglang_server/tasks/memory_plan.yml, run by real Ansible ----------------
 def run_role_tasks(
-    tmp_path: Path, fraction: object, unsafe_ok: bool = False
+    tmp_path: Path, fraction: object, unsafe_ok: bool = False, weights_gib: float = 60.95
 ) -> subprocess.CompletedProcess[str]:
     """The role's memory_plan.yml on this machine, with the nvidia-smi stand-in replaying the 8-GPU box
     while a server holds ~93 GB per GPU (its own memory must not change the plan: idempotence)."""
@@ -398,7 +398,7 @@ def run_role_tasks(
         "vars": {
             "sglang_server_flags": {"tp-size": 8, "mem-fraction-static": fraction,
                                     "max-running-requests": 64},
-            "sglang_server_memory_plan": {"weights_gib_per_gpu": 60.95,
+            "sglang_server_memory_plan": {"weights_gib_per_gpu": weights_gib,
                                           "kv_bytes_per_token": 55224, "page_size": 64,
                                           "mla_backend": True, "piecewise_cuda_graph": False},
             "sglang_server_mem_fraction_unsafe_ok": unsafe_ok,
@@ -431,6 +431,16 @@ def test_role_tasks_resolve_auto_to_the_planners_fraction(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stdout + done.stderr
     expected = seed_plan(None).recommended_mem_fraction_static
     assert f"--mem-fraction-static {expected} " in done.stdout
+
+
+def test_role_tasks_fail_auto_when_no_fraction_fits_instead_of_dropping_the_flag(tmp_path: Path) -> None:
+    """Weights too big for the 96 GB cards: no fraction leaves a KV pool. Before, `auto` resolved to
+    None and the flag silently vanished (sglang's own default took over)."""
+    done = run_role_tasks(tmp_path, "auto", weights_gib=95.0)
+    assert done.returncode == 2, done.stdout
+    assert "host gpu-01: memory plan: mem-fraction-static auto cannot be resolved" in done.stdout
+    assert "NO SAFE FRACTION: the weights (95.0 GiB per GPU) leave no KV pool" in done.stdout
+    assert "ARGV" not in done.stdout
 
 
 def test_role_tasks_fail_an_unsafe_fraction_with_the_planners_explanation(tmp_path: Path) -> None:
@@ -473,3 +483,15 @@ def test_plan_takes_gpu_memory_and_sm_from_gpu_facts(tmp_path: Path) -> None:
     assert (inputs.gpu_memory_mib, inputs.gpu_memory_used_mib) == (97887.0, 2.0)
     assert inputs.kv_bytes_per_token == 55_224 and inputs.page_size == 64  # SM 12 -> fp8
     assert notes[0] == "GPU facts: 8 GPUs, smallest 97887 MiB"
+
+
+def test_plan_exits_non_zero_when_no_fraction_is_safe(capsys: pytest.CaptureFixture[str]) -> None:
+    from sglang_deploy import cli
+
+    argv = ["plan", "--gpu-memory-mib", "97887", "--tp-size", "8", "--max-running-requests", "64",
+            "--weights-gib-per-gpu", "95", "--kv-bytes-per-token", "55224"]  # fmt: skip
+    assert cli.main(argv) == 1
+    out = capsys.readouterr().out
+    assert "none is safe" in out and "NO SAFE FRACTION: the weights (95.0 GiB per GPU)" in out
+    assert cli.main([*argv, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["recommended_mem_fraction_static"] is None

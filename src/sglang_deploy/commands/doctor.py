@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import re
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from sglang_deploy import doctor
 
 DEFAULT_JOURNAL_LINES = 5000
+_UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@\\-]+")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -37,13 +40,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    if bool(args.log) == bool(args.inventory):
+    if args.log and args.inventory:
         print("doctor: give a log file (or -) or -i INVENTORY, not both", file=sys.stderr)
+        return 2
+    if not args.log and not args.inventory:
+        print("doctor: nothing to read: give a log file, - for stdin, or -i INVENTORY (the unit's "
+              "journal on its hosts)", file=sys.stderr)
+        return 2
+    if not _UNIT_NAME.fullmatch(args.unit):
+        print(f"doctor: --unit {args.unit!r} is not a systemd unit name", file=sys.stderr)
         return 2
     plan: dict[str, Any] | None = None
     try:
         if args.plan:
-            plan = json.loads(Path(args.plan).read_text())
+            plan = doctor.load_plan(args.plan)
         if args.inventory:
             logs = journal_via_ansible(args.inventory, args.host or "sglang_servers", args.unit,
                                        args.lines)
@@ -51,7 +61,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             logs = {"stdin": sys.stdin.read()}
         else:
             logs = {args.log: Path(args.log).read_text(errors="replace")}
-    except (OSError, json.JSONDecodeError, JournalError) as err:
+    except (OSError, doctor.PlanFileError, JournalError) as err:
         print(f"doctor: {err}", file=sys.stderr)
         return 2
     results = {
@@ -77,15 +87,19 @@ class JournalError(RuntimeError):
 
 
 def journal_via_ansible(inventory: str, pattern: str, unit: str, lines: int) -> dict[str, str]:
-    """``journalctl -u UNIT`` on each matching host through ansible-runner: host -> text."""
+    """``journalctl -u UNIT`` on each matching host through ansible-runner: host -> text.
+
+    An inventory that does not parse or matches no host raises runner.InventoryError first.
+    """
     import ansible_runner  # heavy import, only when a host is asked
 
-    from sglang_deploy.runner import project_dir
+    from sglang_deploy import runner
 
+    hosts = runner.serving_hosts([inventory], pattern=pattern)
     outputs: dict[str, str] = {}
     failures: list[str] = []
 
-    def on_event(event: dict[str, Any]) -> bool:
+    def on_event(event: Mapping[str, Any]) -> bool:
         data = event.get("event_data") or {}
         host = data.get("host")
         result = data.get("res") or {}
@@ -95,22 +109,19 @@ def journal_via_ansible(inventory: str, pattern: str, unit: str, lines: int) -> 
             failures.append(f"{host}: {result.get('msg') or result.get('stderr') or result}")
         return False  # no need to keep the events on disk
 
-    project = project_dir()
     with tempfile.TemporaryDirectory(prefix="sglang-doctor-") as private:
         run = ansible_runner.run(
-            private_data_dir=private,
+            **runner.runner_kwargs(Path(private), event_handler=on_event),
             inventory=str(Path(inventory).resolve()),
             host_pattern=pattern,
             module="ansible.builtin.command",
             module_args=f"journalctl -u {unit} --no-pager -o cat -n {int(lines)}",
-            quiet=True,
-            event_handler=on_event,
-            envvars={"ANSIBLE_CONFIG": str(project / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"},
         )
     if failures:
         raise JournalError("could not read the journal: " + "; ".join(failures))
-    if not outputs:
+    missing = sorted(set(hosts) - set(outputs))
+    if missing:
         raise JournalError(
-            f"no host of {inventory} matched {pattern!r} (ansible-runner status {run.status})"
+            f"Ansible ({run.status}, exit {run.rc}) returned no journal for {', '.join(missing)}"
         )
     return outputs

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 from pathlib import Path
 
 from sglang_deploy import nccl_check
 
-DEFAULT_PYTHON = "/var/lib/sglang/ml-env/bin/python3"
+DEFAULT_PYTHON = "/opt/sglang-deploy/ml-env/bin/python3"
 
 
 def _run(args: argparse.Namespace) -> int:
     python = Path(args.python)
     if not python.exists():
-        print(f"nccl-check: {python} does not exist; pass --python with an interpreter that has torch")
+        print(f"nccl-check: {python} does not exist; pass --python with an interpreter that has torch", file=sys.stderr)
         return 2
     check_args = list(args.check_args)
     if check_args[:1] == ["--"]:

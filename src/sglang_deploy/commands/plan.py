@@ -11,14 +11,13 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from sglang_deploy import planner
+from sglang_deploy import planner, runner
 from sglang_deploy.launch import LaunchConfig, LaunchConfigError
 
 _console = Console(highlight=False, soft_wrap=True)
@@ -73,7 +72,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         inputs, notes = build_inputs(args)
         result = planner.plan(inputs)
-    except (planner.PlanError, LaunchConfigError, OSError, json.JSONDecodeError) as err:
+    except (planner.PlanError, LaunchConfigError) as err:
         _err.print(f"[red]plan: {err}[/]")
         return 2
     result_dict = {**result.to_dict(), "notes": notes}
@@ -81,7 +80,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(result_dict, indent=2))
     else:
         _print_table(result, notes)
-    return 1 if result.safe is False else 0
+    # Unsafe as given, or no fraction at all is safe: either way nothing to launch with.
+    return 1 if result.safe is False or result.recommended_mem_fraction_static is None else 0
 
 
 def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str]]:
@@ -109,7 +109,7 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
     else:
         sm_major = None
     if args.gpu_facts:
-        summary = planner.gpu_facts_summary(json.loads(Path(args.gpu_facts).read_text()))
+        summary = planner.gpu_facts_summary(_read_json(args.gpu_facts, "--gpu-facts"))
         notes.append(
             f"GPU facts: {summary['gpu_count']} GPUs, smallest {summary['gpu_memory_mib']:.0f} MiB"
         )
@@ -126,10 +126,10 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
             values[name] = tuple(value) if isinstance(value, list) else value
     tp = int(values.get("tp_size", 1))
     if args.model_config:
-        config = json.loads(Path(args.model_config).read_text())
+        config = _read_json(args.model_config, "--model-config")
         beside = Path(args.model_config).with_name("hf_quant_config.json")
         quant_path = Path(args.hf_quant_config) if args.hf_quant_config else beside
-        quant = json.loads(quant_path.read_text()) if quant_path.is_file() else None
+        quant = _read_json(str(quant_path), "--hf-quant-config") if quant_path.is_file() else None
         values["mla_backend"] = planner._is_mla(config)
         values.setdefault("piecewise_cuda_graph", planner.piecewise_cuda_graph_enabled(config))
         if args.kv_bytes_per_token is None:
@@ -143,7 +143,7 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
                 f"{cell.bytes_per_token:,} B/token"
             )
     if args.safetensors_index and args.weights_gib_per_gpu is None:
-        index = json.loads(Path(args.safetensors_index).read_text())
+        index = _read_json(args.safetensors_index, "--safetensors-index")
         values["weights_gib_per_gpu"] = round(planner.weights_gib_from_index(index, tp), 3)
         notes.append(
             f"weights {values['weights_gib_per_gpu']} GiB/GPU = index total_size / tp {tp}: a "
@@ -162,6 +162,17 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
     return planner.PlanInputs(**values), notes
 
 
+def _read_json(path: str, option: str) -> dict[str, Any]:
+    """A JSON object from ``path``; anything else is a PlanError naming the option (exit 2)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise planner.PlanError(f"{option} {path}: cannot read it as JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise planner.PlanError(f"{option} {path}: want a JSON object, found {type(data).__name__}")
+    return data
+
+
 _PLAN_FIELDS = set(planner.PlanInputs.__dataclass_fields__)
 _FLAG_FIELDS = (
     "gpu_memory_mib", "gpu_memory_used_mib", "tp_size", "weights_gib_per_gpu",
@@ -173,29 +184,25 @@ _FLAG_FIELDS = (
 
 
 def inventory_host_vars(inventory: str, host: str | None) -> tuple[str, dict[str, Any]]:
-    """Host variables as ``ansible-inventory`` sees them (Jinja left unrendered)."""
-    exe = Path(sys.executable).with_name("ansible-inventory")
-    command = [str(exe) if exe.exists() else "ansible-inventory", "-i", inventory]
-    env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False"}
-    if host is None:
-        listing = json.loads(_run([*command, "--list"], env))
-        hosts = (listing.get("sglang_servers") or {}).get("hosts") or []
-        if len(hosts) != 1:
-            raise planner.PlanError(
-                f"inventory {inventory} has {len(hosts)} hosts in sglang_servers "
-                f"({', '.join(hosts) or 'none'}). Fix: pass --host NAME"
-            )
-        host = hosts[0]
-    return host, json.loads(_run([*command, "--host", host], env))
+    """Host variables as ``ansible-inventory`` sees them (Jinja left unrendered).
 
-
-def _run(command: list[str], env: dict[str, str]) -> str:
+    A broken inventory, or one whose serving group does not hold the host, raises
+    runner.InventoryError (exit 2) instead of planning for nothing.
+    """
+    hosts = runner.serving_hosts([inventory], limit=host)
+    if len(hosts) != 1:
+        raise planner.PlanError(
+            f"inventory {inventory} has {len(hosts)} hosts in {runner.SERVING_GROUP} "
+            f"({', '.join(hosts)}). Fix: pass --host NAME"
+        )
+    command = [runner.ansible_executable("ansible-inventory"), "-i", inventory, "--host", hosts[0]]
     done = subprocess.run(
-        command, capture_output=True, text=True, env=env, timeout=120, check=False
+        command, capture_output=True, text=True, env={**os.environ, **runner.ansible_env()},
+        timeout=120, check=False,
     )
     if done.returncode != 0:
         raise planner.PlanError(f"{' '.join(command)} failed: {done.stderr.strip()[-500:]}")
-    return done.stdout
+    return hosts[0], json.loads(done.stdout)
 
 
 def _print_table(result: planner.Plan, notes: list[str]) -> None:
@@ -226,7 +233,11 @@ def _print_table(result: planner.Plan, notes: list[str]) -> None:
         table.add_row("verdict", verdict)
     if result.kv_tokens is not None:
         table.add_row(f"KV pool at {result.kv_tokens_at}", f"{result.kv_tokens:,} tokens")
-    table.add_row("recommended --mem-fraction-static", f"{result.recommended_mem_fraction_static}")
+    recommended = result.recommended_mem_fraction_static
+    table.add_row(
+        "recommended --mem-fraction-static",
+        "[red]none is safe[/]" if recommended is None else f"{recommended}",
+    )
     table.add_row("sglang's own default", f"{result.sglang_default_mem_fraction_static}")
     _console.print(table)
     for note in notes:
