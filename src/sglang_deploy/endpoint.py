@@ -12,23 +12,33 @@ Routes and shapes follow sglang's ``srt/entrypoints/http_server.py`` (0.5.10.pos
 API key; everything else needs ``Authorization: Bearer <key>`` when ``--api-key`` is set (401,
 ``{"error": "Unauthorized"}``).
 
+Requests go to the base URL's own host and port only (http:// or https://, no proxy), follow no
+redirect (the Bearer token never reaches another origin), read at most MAX_ANSWER_BYTES and end
+at a total deadline, so a hostile or broken server cannot hold or flood the caller.
+
 Script:
   endpoint.py wait-ready --url URL --timeout S [--unit NAME] [--path /health_generate]
-      poll with back-off until URL+path answers 200; exit 0 then, else exit 1 with the reason.
-      The API key, if any, is read from the environment variable SGLANG_API_KEY.
+                         [--env-file PATH [--api-key-env NAME]]
+      poll with back-off until URL+path answers 200; exit 0 then, else exit 1 with the reason
+      (exit 2: a bad URL or an unreadable --env-file). The API key, if any, is NAME (default
+      SGLANG_API_KEY) in the unit's environment file, read here, so it never is on a command line;
+      without --env-file it is NAME in this process's environment.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import re
+import socket
+import ssl
 import subprocess
 import sys
+import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
@@ -45,6 +55,15 @@ DEFAULT_PROBES = Path(__file__).with_name("probes") / "default.yml"
 PROBE_TEMPERATURE = 0.0
 # Room for a reasoning model's thinking before the answer (a cut-off answer fails the probe).
 DEFAULT_PROBE_MAX_TOKENS = 2048
+# Total deadline of one request (connect, TLS, headers and body). GETs (health, model list) answer
+# at once, except /health_generate, which gives up on its one token after 20 s itself.
+SHORT_DEADLINE_S = 30.0
+# A chat completion: up to DEFAULT_PROBE_MAX_TOKENS of generation.
+GENERATE_DEADLINE_S = 120.0
+# The largest answer read: chat answers and the model list are kilobytes. Read in pieces, so an
+# endless body costs this much memory, not all of it.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+_READ_PIECE = 64 * 1024
 
 
 class EndpointError(RuntimeError):
@@ -129,17 +148,24 @@ def flags_from_argv(argv: Sequence[str]) -> dict[str, Any]:
 
 def env_file_values(env_text: str) -> dict[str, str]:
     """NAME -> value of an EnvironmentFile= as systemd.env_file_line writes it."""
-    import shlex
-
     values: dict[str, str] = {}
     for line in env_text.splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         name, sep, raw = line.partition("=")
         if sep:
-            words = shlex.split(raw, posix=True)
-            values[name.strip()] = words[0] if words else ""
+            values[name.strip()] = _env_file_value(raw.strip())
     return values
+
+
+def _env_file_value(raw: str) -> str:
+    """A value as systemd's env-file parser reads env_file_line's forms: 'literal', or "..." in which
+    a backslash escapes " \\ $ ` and stays before anything else (shlex would keep it before $ and `)."""
+    if len(raw) >= 2 and raw[0] == raw[-1] == "'":
+        return raw[1:-1]
+    if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+        return re.sub(r'\\(["\\$`])', r"\1", raw[1:-1])
+    return raw
 
 
 @dataclass(frozen=True)
@@ -151,29 +177,68 @@ class Target:
     api_key: str = field(default="", repr=False)
 
 
-_ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+def split_launch(argv: Sequence[str]) -> "tuple[list[str], dict[str, str]]":
+    """A unit's ExecStart= words -> (the server's flags, {flag: env variable} the launcher adds).
+
+    ``python3 sglang_launcher.py --module M --env-flag api-key=NAME -- FLAGS`` (what the role
+    renders) or ``python3 -m M FLAGS``.
+    """
+    words = list(argv)
+    if len(words) > 2 and words[1] == "-m":
+        return words[3:], {}
+    if "--" not in words:
+        return words[1:], {}
+    cut = words.index("--")
+    env_flags: dict[str, str] = {}
+    head = words[1:cut]
+    for index, word in enumerate(head):
+        if word == "--env-flag" and index + 1 < len(head):
+            flag, _, name = head[index + 1].partition("=")
+            env_flags[flag] = name
+    return words[cut + 1 :], env_flags
 
 
 def target_from_render(unit_text: str, env_text: str, connect_host: Optional[str] = None) -> Target:
-    """The endpoint a rendered unit serves: --host/--port/--served-model-name, and the API key
-    from --api-key (a literal, or ``${NAME}`` read from the rendered environment file)."""
-    argv = exec_start_argv(unit_text)
-    flags = flags_from_argv(argv[3:] if len(argv) > 2 and argv[1] == "-m" else argv[1:])
-    api_key = flags.get("api-key")
+    """The endpoint a rendered unit serves: --host/--port/--served-model-name, and the API key the
+    launcher hands to sglang (``--env-flag api-key=NAME``: NAME read from the rendered env file)."""
+    flag_words, env_flags = split_launch(exec_start_argv(unit_text))
+    flags = flags_from_argv(flag_words)
     key = ""
-    if isinstance(api_key, str):
-        ref = _ENV_REF.match(api_key)
-        if ref:
-            values = env_file_values(env_text)
-            if ref.group(1) not in values:
-                raise ValueError(f"--api-key reads ${{{ref.group(1)}}}, which the environment file does not set")
-            key = values[ref.group(1)]
-        else:
-            key = api_key
+    if "api-key" in env_flags:
+        name = env_flags["api-key"]
+        values = env_file_values(env_text)
+        if name not in values:
+            raise ValueError(f"--env-flag api-key={name}: the environment file does not set {name}")
+        key = values[name]
+    elif isinstance(flags.get("api-key"), str):
+        key = str(flags["api-key"])
     return Target(base_url(flags, connect_host), served_model_name(flags), key)
 
 
 # -- HTTP --------------------------------------------------------------------------------------
+def check_url(url: str) -> str:
+    """``url`` if it is an http:// or https:// base URL (host, optional port and path prefix), else
+    ValueError naming it and the fix: nothing else (file:, ftp:, data:, a bare host) is opened."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        ok = (
+            parts.scheme in ("http", "https")
+            and bool(parts.hostname)
+            and parts.port != 0
+            and parts.username is None
+            and not parts.query
+            and not parts.fragment
+        )
+    except ValueError:  # a port that is not a number (urlsplit checks it lazily, in .port)
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{url!r} is not an http:// or https:// base URL: give the server's scheme, host and port, "
+            "e.g. http://10.0.0.5:8000"
+        )
+    return url
+
+
 @dataclass(frozen=True)
 class Response:
     status: int
@@ -190,33 +255,164 @@ class Response:
             raise EndpointError(f"answer is not JSON: {self.text[:200]!r}", self.status) from None
 
 
+class _Deadline:
+    """The watchdog of one request: at ``seconds`` it shuts the watched connection down, which ends
+    a read or write blocked on it (a per-operation socket timeout never fires on a trickle)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._end = time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._done = False
+        self._sock: Optional[socket.socket] = None
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> "_Deadline":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._done = True
+            if self._sock is not None:
+                self._sock.close()
+
+    def remaining(self) -> float:
+        return max(0.01, self._end - time.monotonic())
+
+    @property
+    def passed(self) -> bool:
+        # Also true when a socket timeout (the time left at connect) fired just before the watchdog.
+        return self.expired or time.monotonic() >= self._end
+
+    def watch(self, sock: socket.socket) -> None:
+        # A descriptor of its own (dup): however the request's socket gets closed, the watchdog
+        # never shuts down a descriptor number the process has since reused.
+        with self._lock:
+            self._sock = socket.fromfd(sock.fileno(), sock.family, sock.type)
+            if self.expired:
+                self._shutdown()
+
+    def _expire(self) -> None:
+        with self._lock:
+            if not self._done:
+                self.expired = True
+                self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # the connection is gone already
+
+
+def _too_big(what: str, status: int) -> EndpointError:
+    return EndpointError(
+        f"{what}: answer larger than {MAX_ANSWER_BYTES} bytes refused (sglang's are kilobytes)", status
+    )
+
+
+def _read_body(answer: http.client.HTTPResponse, what: str) -> bytes:
+    """The body in pieces, refused past MAX_ANSWER_BYTES (a declared longer one unread)."""
+    if answer.length is not None and answer.length > MAX_ANSWER_BYTES:
+        raise _too_big(what, answer.status)
+    pieces: list[bytes] = []
+    size = 0
+    while True:
+        piece = answer.read(_READ_PIECE)
+        if not piece:
+            break
+        size += len(piece)
+        if size > MAX_ANSWER_BYTES:
+            raise _too_big(what, answer.status)
+        pieces.append(piece)
+    if answer.length:  # http.client returns a body cut short by the close as if complete
+        raise http.client.IncompleteRead(b"".join(pieces), answer.length)
+    return b"".join(pieces)
+
+
+def _exchange(
+    parts: urllib.parse.SplitResult,
+    method: str,
+    path: str,
+    body: Optional[bytes],
+    headers: Mapping[str, str],
+    deadline: _Deadline,
+    what: str,
+) -> Response:
+    """One request on a new connection to the URL's own host and port (never a proxy)."""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    sock = socket.create_connection((parts.hostname, port), timeout=deadline.remaining())
+    deadline.watch(sock)
+    answer: Optional[http.client.HTTPResponse] = None
+    try:
+        if parts.scheme == "https":
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=parts.hostname)
+        # http.client only speaks HTTP on the socket connected (and TLS-wrapped) under the watchdog.
+        conn = http.client.HTTPConnection(str(parts.hostname), port)
+        conn.sock = sock
+        conn.request(method, (parts.path.rstrip("/") + path) or "/", body=body, headers=dict(headers))
+        answer = conn.getresponse()
+        if 300 <= answer.status < 400:
+            location = answer.getheader("Location", "")
+            raise EndpointError(
+                f"{what}: HTTP {answer.status} redirect to {location[:200]!r} refused "
+                "(sglang never redirects: give the server's own URL)",
+                answer.status,
+            )
+        return Response(answer.status, _read_body(answer, what))
+    finally:
+        if answer is not None:
+            answer.close()
+        sock.close()
+
+
 @dataclass(frozen=True)
 class Endpoint:
-    """An sglang HTTP server. ``api_key`` is sent as a Bearer token when set."""
+    """An sglang HTTP server at an http(s):// base URL; ``api_key`` is sent as a Bearer token when
+    set, to that origin only. ``timeout`` is a request's total deadline; GETs get at most
+    SHORT_DEADLINE_S of it."""
 
     url: str
     api_key: str = field(default="", repr=False)
-    timeout: float = 60.0
+    timeout: float = GENERATE_DEADLINE_S
+
+    def __post_init__(self) -> None:
+        check_url(self.url)
 
     def request(self, method: str, path: str, payload: Any = None, timeout: Optional[float] = None) -> Response:
-        """One request; HTTP error statuses are returned, not raised. Unreachable -> EndpointError(status=0)."""
-        data = None if payload is None else json.dumps(payload).encode("utf-8")
-        req = urllib.request.Request(self.url.rstrip("/") + path, data=data, method=method)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
+        """One request within ``timeout`` s in all (default ``self.timeout``); HTTP error statuses are
+        returned, not raised. No answer in time, a redirect or an answer over MAX_ANSWER_BYTES ->
+        EndpointError (status 0 when nothing answered)."""
+        seconds = self.timeout if timeout is None else timeout
+        parts = urllib.parse.urlsplit(self.url)
+        what = f"{method} {self.url.rstrip('/')}{path}"
+        headers = {"Host": parts.netloc, "Connection": "close"}
+        body = None
+        if payload is not None:
+            body = json.dumps(payload).encode("utf-8")
+            headers["Content-Type"] = "application/json"
         if self.api_key:
-            req.add_header("Authorization", f"Bearer {self.api_key}")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as answer:  # noqa: S310
-                return Response(answer.status, answer.read())
-        except urllib.error.HTTPError as err:
-            return Response(err.code, err.read() or b"")
-        except (urllib.error.URLError, OSError, TimeoutError) as err:
-            reason = getattr(err, "reason", err)
-            raise EndpointError(f"{method} {self.url}{path}: no answer ({reason})") from None
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        with _Deadline(seconds) as deadline:
+            try:
+                response = _exchange(parts, method, path, body, headers, deadline, what)
+            except EndpointError:
+                raise
+            except (OSError, http.client.HTTPException) as err:
+                if deadline.passed:
+                    raise EndpointError(f"{what}: no complete answer within {seconds:g} s") from None
+                raise EndpointError(f"{what}: no answer ({err})") from None
+            # A close-delimited answer the watchdog cut short reads as complete.
+            if deadline.passed:
+                raise EndpointError(f"{what}: no complete answer within {seconds:g} s")
+        return response
 
     def get(self, path: str, timeout: Optional[float] = None) -> Response:
-        return self.request("GET", path, timeout=timeout)
+        return self.request("GET", path, timeout=min(self.timeout, SHORT_DEADLINE_S) if timeout is None else timeout)
 
 
 def expect_ok(response: Response, what: str) -> Response:
@@ -295,7 +491,7 @@ def wait_ready(
         remaining = deadline - clock()
         try:
             # /health_generate waits up to 20 s for a token itself; leave it room, within the budget.
-            answer = endpoint.get(path, timeout=max(1.0, min(60.0, remaining)))
+            answer = endpoint.get(path, timeout=max(1.0, min(SHORT_DEADLINE_S, remaining)))
             if answer.status == 200:
                 return ReadyResult(True, attempts, clock() - start, f"GET {path}: 200")
             last = f"GET {path}: HTTP {answer.status}"
@@ -409,8 +605,10 @@ def load_probes(path: "str | Path | None" = None) -> list[Probe]:
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
     except OSError as err:
         raise ProbeFileError(f"{file}: cannot read: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise ProbeFileError(f"{file}: not a text file ({err.reason} at byte {err.start})") from None
     except yaml.YAMLError as err:
-        raise ProbeFileError(f"{file}: not YAML: {err}") from None
+        raise ProbeFileError(f"{file}: not YAML: {' '.join(str(err).split())}") from None
     return parse_probes(data, str(file))
 
 
@@ -462,6 +660,18 @@ def run_probes(endpoint: Endpoint, model: str, probes: Sequence[Probe]) -> list[
 
 
 # -- script ------------------------------------------------------------------------------------
+def _api_key(env_file: Optional[str], name: str) -> str:
+    """``name`` from the unit's environment file, read here (the key never is on a command line
+    or in a task's environment), else from this process's environment; "" when it is not set."""
+    if env_file is None:
+        return os.environ.get(name, "")
+    try:
+        text = Path(env_file).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ValueError(f"--env-file {env_file}: cannot read it ({err.strerror})") from None
+    return env_file_values(text).get(name, "")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="endpoint.py", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -474,12 +684,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ready.add_argument("--unit", help="stop early when this systemd unit has failed")
     ready.add_argument("--initial-delay", type=float, default=2.0, help="first pause between polls (s)")
     ready.add_argument("--max-delay", type=float, default=30.0, help="longest pause between polls (s)")
+    ready.add_argument("--env-file", help="the unit's EnvironmentFile= holding the API key (read as root)")
+    ready.add_argument(
+        "--api-key-env",
+        default=API_KEY_ENV,
+        help=f"the key's variable in --env-file, else in this environment (default {API_KEY_ENV})",
+    )
     args = parser.parse_args(argv)
 
     if not args.url:
         flags = {name: value for name, value in (("host", args.bind_host), ("port", args.port)) if value}
         args.url = base_url(flags)
-    endpoint = Endpoint(args.url, api_key=os.environ.get(API_KEY_ENV, ""))
+    try:
+        endpoint = Endpoint(args.url, api_key=_api_key(args.env_file, args.api_key_env))
+    except ValueError as err:
+        print(f"endpoint.py wait-ready: {err}", file=sys.stderr, flush=True)
+        return 2
     result = wait_ready(
         endpoint,
         args.timeout,

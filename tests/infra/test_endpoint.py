@@ -4,6 +4,10 @@ Target: ``--sglang-endpoint``/``--sglang-model`` (``sglang-deploy verify --endpo
 host's render of the inventory (its --host/--port/--served-model-name/--api-key). The correctness
 gate runs the probes (``--sglang-probes FILE`` or src/sglang_deploy/probes/default.yml) at
 temperature 0: this is what catches garbled output from a bad KV dtype or attention backend.
+
+Every test's first request is preceded, once per server and session, by GET /health with a short
+deadline: a server that accepts connections and never answers fails them all at once with that
+reason, instead of each test waiting out its own deadline (up to minutes for a chat).
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy import endpoint as ep
+
+# /health answers at once from a serving sglang (it generates nothing).
+ANSWERS_DEADLINE_S = 10.0
 
 
 def _connect_host(request: pytest.FixtureRequest, host, bind_host: str | None) -> str | None:  # type: ignore[no-untyped-def]
@@ -43,8 +50,8 @@ def target(request: pytest.FixtureRequest, host) -> ep.Target:  # type: ignore[n
     rendered: Path = request.getfixturevalue("rendered_dir")
     unit_name: str = request.getfixturevalue("unit_name")
     unit_text = (rendered / f"{unit_name}.service").read_text()
-    argv = ep.exec_start_argv(unit_text)
-    bind_host = ep.flags_from_argv(argv).get("host")
+    flag_words, _ = ep.split_launch(ep.exec_start_argv(unit_text))
+    bind_host = ep.flags_from_argv(flag_words).get("host")
     return ep.target_from_render(
         unit_text,
         (rendered / f"{unit_name}.env").read_text(),
@@ -52,9 +59,25 @@ def target(request: pytest.FixtureRequest, host) -> ep.Target:  # type: ignore[n
     )
 
 
+@pytest.fixture(scope="session")
+def unanswered() -> dict[str, str]:
+    """Base URL -> why it did not answer GET /health ("" when it did): checked once per session."""
+    return {}
+
+
 @pytest.fixture()
-def server(target: ep.Target) -> ep.Endpoint:
-    return ep.Endpoint(target.url, api_key=target.api_key, timeout=120.0)
+def server(target: ep.Target, unanswered: dict[str, str]) -> ep.Endpoint:
+    endpoint = ep.Endpoint(target.url, api_key=target.api_key, timeout=ep.GENERATE_DEADLINE_S)
+    if target.url not in unanswered:
+        try:
+            endpoint.get("/health", timeout=ANSWERS_DEADLINE_S)
+            unanswered[target.url] = ""
+        except ep.EndpointError as err:
+            unanswered[target.url] = str(err)
+    why = unanswered[target.url]
+    if why:
+        pytest.fail(f"the server did not answer GET /health, so no test can pass: {why}", pytrace=False)
+    return endpoint
 
 
 @pytest.mark.parametrize("path", ["/health", "/health_generate"])

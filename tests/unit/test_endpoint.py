@@ -2,6 +2,8 @@
 
 The stand-in (tests/standin/sglang_server_standin.py) runs as its own process on an ephemeral port,
 in the modes the suites must tell apart: ok, garble (NaN-like "!!!!" answers), never-ready (503).
+Hostile servers (redirects, endless or trickled answers, silence) are small in-process servers on
+127.0.0.1 whose handlers end on their own within seconds.
 """
 
 from __future__ import annotations
@@ -9,16 +11,21 @@ from __future__ import annotations
 import os
 import re
 import select
+import socketserver
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ROOT
 
 from sglang_deploy import endpoint as ep
+from sglang_deploy.systemd import env_file_line
 
 STANDIN = ROOT / "tests" / "standin" / "sglang_server_standin.py"
 KEY = "unit-test-key"
@@ -83,6 +90,26 @@ def test_base_url_rejects_a_non_numeric_port() -> None:
         ep.base_url({"port": "http"})
 
 
+@pytest.mark.parametrize(
+    "url",
+    ["file:///etc/passwd", "ftp://127.0.0.1/", "data:,hello", "gopher://127.0.0.1:70", "", "127.0.0.1:8000",
+     "localhost", "http://", "http://127.0.0.1:port", "http://user:pw@127.0.0.1:8000", "http://127.0.0.1/?q=1"],
+)  # fmt: skip
+def test_only_http_and_https_base_urls_are_accepted(url: str) -> None:
+    with pytest.raises(ValueError) as err:
+        ep.Endpoint(url)
+    message = str(err.value)
+    assert repr(url) in message and "http://" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:8000", "HTTPS://sglang.example", "https://sglang.example:8443/prefix/", "http://[fd00::5]:9000"],
+)
+def test_http_and_https_base_urls_are_accepted(url: str) -> None:
+    assert ep.Endpoint(url).url == url
+
+
 def test_served_model_name_falls_back_to_the_model_path() -> None:
     assert ep.served_model_name({"served-model-name": "glm-5", "model": "a/b"}) == "glm-5"
     assert ep.served_model_name({"model": "lukealonso/GLM-5-NVFP4"}) == "lukealonso/GLM-5-NVFP4"
@@ -108,22 +135,30 @@ def test_reasoning_is_stripped_without_a_parser(content: str, answer: str) -> No
     assert ep.answer_text({"content": content}) == answer
 
 
-def test_target_from_render_reads_flags_and_the_key_reference() -> None:
-    unit = (
-        "[Service]\n"
-        'ExecStart=/v/bin/python3 -m sglang.launch_server \\\n'
-        "    --model lukealonso/GLM-5-NVFP4 \\\n"
-        "    --served-model-name glm-5 \\\n"
-        "    --api-key ${SGLANG_API_KEY} \\\n"
-        "    --host 0.0.0.0 \\\n"
-        "    --port 8000\n"
-        "Restart=on-failure\n"
-    )
+def test_target_from_render_reads_flags_and_the_key_the_launcher_adds() -> None:
+    """From the ExecStart= the launch model renders: the key is named (--env-flag api-key=NAME)
+    in the unit and read from the rendered environment file."""
+    from sglang_deploy.launch import LaunchConfig
+
+    launch = LaunchConfig.from_vars(
+        {"model": "lukealonso/GLM-5-NVFP4", "served-model-name": "glm-5",
+         "api-key": {"env": "SGLANG_API_KEY"}, "host": "0.0.0.0", "port": 8000},
+        python="/v/bin/python3", secret_env_names=["SGLANG_API_KEY"],
+    )  # fmt: skip
+    unit = f"[Service]\nExecStart={launch.exec_start()}\nRestart=on-failure\n"
     target = ep.target_from_render(unit, "# x\nSGLANG_API_KEY='s3cr%t $x'\n")
     assert (target.url, target.model, target.api_key) == ("http://127.0.0.1:8000", "glm-5", "s3cr%t $x")
     assert "s3cr" not in repr(target)
-    with pytest.raises(ValueError, match=r"\$\{SGLANG_API_KEY\}"):
+    with pytest.raises(ValueError, match="does not set SGLANG_API_KEY"):
         ep.target_from_render(unit, "OTHER='1'\n")
+    open_unit = unit.replace("--env-flag api-key=SGLANG_API_KEY ", "")
+    assert ep.target_from_render(open_unit, "").api_key == ""
+
+
+@pytest.mark.parametrize("value", ["plain", "s3cr%t $x", "k'e\"y $HOME `id` \\ %n", "\\$'", "'", ""])
+def test_env_file_values_read_what_env_file_line_writes(value: str) -> None:
+    """systemd's rules: in double quotes a backslash escapes " \\ $ ` (shlex keeps it before $ and `)."""
+    assert ep.env_file_values("# comment\n" + env_file_line("KEY", value) + "\n") == {"KEY": value}
 
 
 def test_the_shipped_probes_load(tmp_path: Path) -> None:
@@ -224,6 +259,236 @@ def test_wait_ready_script_exits_1_with_the_reason(standin: Standin) -> None:
     assert f"NOT READY: http://127.0.0.1:{port}/health_generate" in proc.stdout and "HTTP 503" in proc.stdout
 
 
+# -- hostile servers ---------------------------------------------------------------------------
+# A handler ends on its own after HANDLER_LIFE_S at most, or when its test's server stops.
+HANDLER_LIFE_S = 10.0
+
+
+class Server(socketserver.ThreadingTCPServer):
+    """A server on 127.0.0.1 (ephemeral port); ``seen`` holds the headers of the requests it got."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, handler: type[socketserver.BaseRequestHandler], **config: Any) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
+        self.config = config
+        self.seen: list[dict[str, str]] = []
+        self.sent = 0
+        self.stopped = threading.Event()
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.shutdown()
+        self.server_close()
+
+
+@pytest.fixture()
+def serve() -> Iterator[Callable[..., Server]]:
+    servers: list[Server] = []
+
+    def start(handler: type[socketserver.BaseRequestHandler], **config: Any) -> Server:
+        servers.append(Server(handler, **config))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+class Http(BaseHTTPRequestHandler):
+    """Records the request, then ``answer()``."""
+
+    server: Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.server.seen.append(dict(self.headers))
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.answer()
+
+    do_POST = do_GET  # noqa: N815
+
+    def answer(self) -> None:
+        body = b'{"object": "list", "data": [{"id": "glm-5"}]}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class Redirect(Http):
+    """Answers ``status`` with ``Location: location``."""
+
+    def answer(self) -> None:
+        self.send_response(self.server.config["status"])
+        self.send_header("Location", self.server.config["location"])
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+class Big(Http):
+    """A body of ``size`` bytes framed by Content-Length (length) or the close (close); chunked: endless."""
+
+    protocol_version = "HTTP/1.1"
+    ENDLESS = 256 * 1024 * 1024  # what "endless" stops at, should a client read it all
+
+    def answer(self) -> None:
+        framing, size = self.server.config["framing"], self.server.config["size"]
+        self.send_response(200)
+        if framing == "length":
+            self.send_header("Content-Length", str(size))
+        elif framing == "chunked":
+            self.send_header("Transfer-Encoding", "chunked")
+            size = self.ENDLESS
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        block = b"x" * 65536
+        ends = time.monotonic() + HANDLER_LIFE_S
+        try:
+            while self.server.sent < size and time.monotonic() < ends and not self.server.stopped.is_set():
+                data = block[: size - self.server.sent]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if framing == "chunked" else data)
+                self.server.sent += len(data)
+        except OSError:
+            pass  # the client hung up, as it should
+
+
+class Silent(socketserver.BaseRequestHandler):
+    """Accepts the connection and never sends a byte (for ``life`` s, default HANDLER_LIFE_S)."""
+
+    server: Server
+
+    def handle(self) -> None:
+        self.server.stopped.wait(self.server.config.get("life", HANDLER_LIFE_S))
+
+
+class Trickle(socketserver.BaseRequestHandler):
+    """One byte every 0.5 s: of a status line whose headers never end (head), or of a body (body)."""
+
+    server: Server
+
+    def handle(self) -> None:
+        self.request.recv(65536)
+        if self.server.config["where"] == "body":
+            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+            trickle = b"x" * 1000
+        else:
+            trickle = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 1000
+        ends = time.monotonic() + HANDLER_LIFE_S
+        try:
+            for byte in trickle:
+                if self.server.stopped.wait(0.5) or time.monotonic() > ends:
+                    break
+                self.request.sendall(bytes([byte]))
+        except OSError:
+            pass
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirect_is_refused_and_the_key_never_leaves_the_origin(serve: Callable[..., Server], status: int) -> None:
+    other = serve(Http)  # another port: another origin
+    first = serve(Redirect, status=status, location=f"{other.url}/v1/models")
+    server = ep.Endpoint(first.url, api_key=KEY, timeout=5)
+    for call in (lambda: ep.model_ids(server), lambda: ep.chat(server, "glm-5", "hi", max_tokens=8)):
+        with pytest.raises(ep.EndpointError) as err:
+            call()
+        assert f"HTTP {status} redirect to '{other.url}/v1/models' refused" in str(err.value)
+        assert err.value.status == status
+    assert [h.get("Authorization") for h in first.seen] == [f"Bearer {KEY}"] * 2, "the origin itself gets the key"
+    assert not any("Authorization" in headers for headers in other.seen), "the key went to another origin"
+
+
+@pytest.mark.parametrize("framing", ["length", "close", "chunked"])
+def test_an_oversized_answer_is_refused_without_reading_it_all(serve: Callable[..., Server], framing: str) -> None:
+    big = serve(Big, framing=framing, size=ep.MAX_ANSWER_BYTES + 1)
+    start = time.monotonic()
+    with pytest.raises(ep.EndpointError, match=f"answer larger than {ep.MAX_ANSWER_BYTES} bytes refused"):
+        ep.Endpoint(big.url, timeout=10).get("/v1/models")
+    assert time.monotonic() - start < 5
+    assert big.sent < Big.ENDLESS
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_silent_server_fails_at_the_deadline(serve: Callable[..., Server], method: str) -> None:
+    silent = serve(Silent)
+    start = time.monotonic()
+    with pytest.raises(ep.EndpointError, match=r"no complete answer within 1\.5 s"):
+        ep.Endpoint(silent.url, timeout=1.5).request(method, "/v1/chat/completions", {} if method == "POST" else None)
+    elapsed = time.monotonic() - start
+    assert 1.4 < elapsed < 1.5 + 1.0, f"deadline 1.5 s, took {elapsed:.1f} s"
+
+
+@pytest.mark.parametrize("where", ["head", "body"])
+def test_a_trickling_server_fails_at_the_deadline(serve: Callable[..., Server], where: str) -> None:
+    trickle = serve(Trickle, where=where)
+    start = time.monotonic()
+    with pytest.raises(ep.EndpointError, match=r"no complete answer within 1\.5 s"):
+        ep.Endpoint(trickle.url, timeout=1.5).get("/health")
+    elapsed = time.monotonic() - start
+    assert 1.4 < elapsed < 1.5 + 1.0, f"deadline 1.5 s, took {elapsed:.1f} s"
+
+
+def test_get_requests_have_the_short_deadline(serve: Callable[..., Server], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ep, "SHORT_DEADLINE_S", 1.0)
+    trickle = serve(Trickle, where="body")
+    start = time.monotonic()
+    with pytest.raises(ep.EndpointError, match=r"no complete answer within 1 s"):
+        ep.Endpoint(trickle.url, timeout=60).get("/health")
+    assert time.monotonic() - start < 2.0
+
+
+# -- wait-ready --------------------------------------------------------------------------------
+# A key systemd's env-file parser only reads right when quoted right (env_file_line double-quotes it).
+TRICKY_KEY = "k'e\"y $HOME `id` \\ %n"
+
+
+def _wait_ready(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "src" / "sglang_deploy" / "endpoint.py"), "wait-ready", *args],
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("standin", [("--api-key", TRICKY_KEY, "--standin-load-delay", "0")], indirect=True)
+@pytest.mark.parametrize("name", ["SGLANG_API_KEY", "OTHER_KEY"])
+def test_wait_ready_reads_the_key_from_the_env_file(standin: Standin, tmp_path: Path, name: str) -> None:
+    env_file = tmp_path / "sglang.env"
+    others = {"SGLANG_API_KEY": "not-the-key", "OTHER_KEY": "not-the-key-either"}
+    others[name] = TRICKY_KEY
+    env_file.write_text("# Ansible managed\n" + "".join(env_file_line(n, v) + "\n" for n, v in others.items()))
+    # With --env-file the process environment is not read.
+    env = {**os.environ, ep.API_KEY_ENV: "not-the-key"}
+    args = ("--url", standin.url, "--path", "/v1/models", "--initial-delay", "0.2")
+    proc = _wait_ready(*args, "--timeout", "5", "--env-file", str(env_file), "--api-key-env", name, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert TRICKY_KEY not in proc.stdout + proc.stderr
+    # Without the key /v1/models answers 401: the 200 above came from the key in the file.
+    without = _wait_ready(*args, "--timeout", "0.5", env={**os.environ, ep.API_KEY_ENV: ""})
+    assert without.returncode == 1 and "HTTP 401" in without.stdout
+
+
+def test_wait_ready_names_a_missing_env_file(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.env"
+    proc = _wait_ready("--url", "http://127.0.0.1:9", "--timeout", "1", "--env-file", str(missing))
+    assert proc.returncode == 2
+    assert f"--env-file {missing}: cannot read it (No such file or directory)" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_wait_ready_refuses_a_url_that_is_not_http() -> None:
+    proc = _wait_ready("--url", "file:///etc/passwd", "--timeout", "1")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'file:///etc/passwd'" in lines[0] and "http://" in lines[0], proc.stderr
+
+
 # -- sglang-deploy verify --endpoint -----------------------------------------------------------
 def _verify(url: str, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != ep.API_KEY_ENV}
@@ -258,3 +523,23 @@ def test_verify_refuses_a_bad_probes_file_before_contacting_anything(tmp_path: P
     probes.write_text("- {prompt: x}\n")
     proc = _verify("http://127.0.0.1:9", "--probes", str(probes))
     assert proc.returncode == 2 and "'expect' must be a non-empty string" in proc.stderr
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "10.0.0.5:8000"])
+def test_verify_refuses_a_url_that_is_not_http(url: str) -> None:
+    proc = _verify(url)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and repr(url) in lines[0] and "http://" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_verify_endpoint_fails_fast_when_the_server_never_answers(serve: Callable[..., Server]) -> None:
+    """Each test would wait out its own deadline; the suite's first /health check fails them all at once."""
+    silent = serve(Silent, life=300)
+    start = time.monotonic()
+    proc = _verify(silent.url, "--api-key", KEY)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1
+    assert "6 errors" in proc.stdout and proc.stdout.count("did not answer GET /health") >= 6, proc.stdout
+    assert elapsed < 45, f"took {elapsed:.0f} s"

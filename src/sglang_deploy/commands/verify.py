@@ -23,7 +23,9 @@ from sglang_deploy.commands import add_inventory_args
 from sglang_deploy.runner import project_dir, run_playbook
 
 ENDPOINT_SUITE = "tests/infra/test_endpoint.py"
-# Bounds the whole endpoint suite (4 probes and a chat at up to 120 s each, plus health checks).
+# Bounds the whole endpoint suite: 4 probes and a chat at up to GENERATE_DEADLINE_S (120 s) each,
+# and a few GETs at up to SHORT_DEADLINE_S (30 s) each. A server that does not answer at all fails
+# every test within the suite's first /health check (tests/infra/test_endpoint.py).
 ENDPOINT_SUITE_TIMEOUT_S = 1200
 
 
@@ -59,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
             return _fail("--endpoint checks one URL; it does not take -i/-l")
         if not args.model:
             return _fail("--endpoint needs --model NAME (the served model name)")
+        try:
+            endpoint.check_url(args.endpoint)
+        except ValueError as err:
+            return _fail(f"--endpoint {err}")
         return run_endpoint_suite(args.endpoint, args.model, args.api_key, args.probes)
     if args.model or args.api_key:
         return _fail("--model/--api-key go with --endpoint URL")
