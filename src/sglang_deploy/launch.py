@@ -10,13 +10,15 @@ Flag values:
   ``false`` / ``null``     flag left out (use ``null`` in an override to remove a profile default)
   string / number          ``--flag value``
   list                     ``--flag v1 v2 ...`` (argparse ``nargs``)
-  ``{env: NAME}``          ``--flag ${NAME}``: systemd substitutes the variable at start, so a secret
-                           kept in the 0600 environment file never appears in the unit file
+  ``{env: NAME}``          ``--flag`` with the value of variable NAME of the 0600 environment file:
+                           sglang_launcher.py hands it to sglang inside the process, so the secret
+                           is neither in the unit file nor in the process's argv (nor in its log)
   other mapping            ``--flag '<json>'`` (e.g. ``json-model-override-args``)
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +28,8 @@ from typing import Any, Union
 from sglang_deploy import systemd
 
 DEFAULT_MODULE = "sglang.launch_server"
+# Where the sglang_server role installs sglang_launcher.py (sglang_server_libexec_dir).
+DEFAULT_LAUNCHER = "/usr/local/libexec/sglang-deploy/sglang_launcher.py"
 
 # Option strings that name the same argparse action in sglang (checked in 0.5.10.post1's
 # server_args.py). Two of one group in the same config is a conflict; the validator catches any
@@ -49,6 +53,20 @@ ABBREVIATIONS: dict[str, str] = {"tp": "tp-size"}
 RESOLVED_PER_HOST: dict[str, tuple[str, str]] = {"mem-fraction-static": ("auto", "0.9")}
 
 _GROUP_OF: dict[str, tuple[str, ...]] = {name: group for group in ALIAS_GROUPS for name in group}
+# sglang's own --host/--port defaults (ServerArgs): where a server without the flags listens.
+DEFAULT_BIND_HOST = "127.0.0.1"
+DEFAULT_PORT = 30000
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address is reachable only from the machine itself."""
+    name = host.strip().strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False  # a host name or an interface address: reachable from the network
 
 
 class LaunchConfigError(ValueError):
@@ -78,19 +96,18 @@ class Flag:
         return "--" + self.name
 
     def argv(self) -> list[str]:
-        """The flag's words. ``EnvRef`` values become ``${NAME}`` (systemd expands them)."""
+        """The flag's words. An ``EnvRef`` value is shown as ``${NAME}``: a placeholder of the
+        type sglang parses (a string); at start the launcher puts the real value in its place."""
         if self.value is True:
             return [self.option]
         if isinstance(self.value, EnvRef):
-            return [self.option, systemd.exec_env_reference(self.value.name)]
+            return [self.option, "${" + self.value.name + "}"]
         if isinstance(self.value, tuple):
             return [self.option, *self.value]
         return [self.option, str(self.value)]
 
     def exec_words(self) -> list[str]:
         """The flag's words quoted for ExecStart=."""
-        if isinstance(self.value, EnvRef):
-            return [systemd.exec_word(self.option), systemd.exec_env_reference(self.value.name)]
         return [systemd.exec_word(word) for word in self.argv()]
 
 
@@ -103,6 +120,7 @@ class LaunchConfig:
     environment: tuple[tuple[str, str], ...] = ()
     module: str = DEFAULT_MODULE
     secret_env_names: frozenset[str] = field(default_factory=frozenset)
+    launcher: str = DEFAULT_LAUNCHER
 
     @classmethod
     def from_vars(
@@ -115,6 +133,7 @@ class LaunchConfig:
         env_override: Mapping[str, Any] | None = None,
         secret_env_names: Iterable[str] = (),
         module: str = DEFAULT_MODULE,
+        launcher: str = DEFAULT_LAUNCHER,
     ) -> LaunchConfig:
         """Build from inventory variables; raises :class:`LaunchConfigError` with the fix."""
         if not python:
@@ -134,6 +153,7 @@ class LaunchConfig:
             environment=environment,
             module=module,
             secret_env_names=frozenset(secret_env_names),
+            launcher=launcher,
         )
         config._check_env_refs()
         return config
@@ -174,13 +194,29 @@ class LaunchConfig:
                 words += flag.argv()
         return words
 
+    def env_flags(self) -> list[tuple[str, str]]:
+        """``(flag, variable)`` of the flags whose value the launcher reads from the environment."""
+        return [(f.name, f.value.name) for f in self.flags if isinstance(f.value, EnvRef)]
+
+    def launcher_argv(self) -> list[str]:
+        """The process's argv up to the server flags: interpreter, launcher, module, and for each
+        environment flag only the variable's NAME (the value never enters an argv)."""
+        env_flags = [w for flag, name in self.env_flags() for w in ("--env-flag", f"{flag}={name}")]
+        return [self.python, self.launcher, "--module", self.module, *env_flags, "--"]
+
     def argv(self) -> list[str]:
-        return [self.python, "-m", self.module, *self.flag_argv()]
+        """What systemd executes: :meth:`launcher_argv` then every flag but the environment ones."""
+        plain = [flag for flag in self.flags if not isinstance(flag.value, EnvRef)]
+        return [*self.launcher_argv(), *(word for flag in plain for word in flag.argv())]
 
     def exec_start(self) -> str:
         """ExecStart= value: one flag per continuation line, so the unit reads like the seeds."""
-        head = " ".join(systemd.exec_word(w) for w in (self.python, "-m", self.module))
-        lines = [head] + ["    " + " ".join(flag.exec_words()) for flag in self.flags]
+        head = " ".join(systemd.exec_word(word) for word in self.launcher_argv())
+        lines = [head] + [
+            "    " + " ".join(flag.exec_words())
+            for flag in self.flags
+            if not isinstance(flag.value, EnvRef)
+        ]
         return " \\\n".join(lines)
 
     def environment_assignments(self) -> list[str]:
@@ -193,6 +229,7 @@ class LaunchConfig:
             "python": self.python,
             "module": self.module,
             "argv": self.argv(),
+            "env_flags": dict(self.env_flags()),
             "flag_argv": self.flag_argv(),
             "validation_argv": self.validation_argv(),
             "flags": {f.name: _plain(f.value) for f in self.flags},
@@ -201,6 +238,32 @@ class LaunchConfig:
             "environment_assignments": self.environment_assignments(),
             "tp_size": self.tp_size,
         }
+
+    def exposure_problem(self, *, allow_unauthenticated: bool) -> str | None:
+        """Why this launch would serve the model insecurely, or None.
+
+        A key written as a flag value lands in the unit file and the process's argv; a server bound
+        to a non-loopback address without a key serves anyone who reaches the port, which only an
+        explicit ``sglang_server_allow_unauthenticated`` may ask for.
+        """
+        key = self.flag("api-key")
+        if key is not None and not isinstance(key.value, EnvRef):
+            return (
+                "sglang_server_flags['api-key'] holds the key itself, which would land in the unit "
+                "file and in the server's argv (readable by every local user). Fix: remove it and set "
+                "sglang_server_api_key (from vault or the environment) instead"
+            )
+        host = self.flag("host")
+        bind = DEFAULT_BIND_HOST if host is None else str(host.value)
+        if key is not None or allow_unauthenticated or is_loopback(bind):
+            return None
+        port = self.flag("port")
+        return (
+            f"the server binds {bind}:{DEFAULT_PORT if port is None else port.value} (not loopback) "
+            "without an API key: anyone who reaches the port can use the model. Fix: set "
+            "sglang_server_api_key from vault (README: Secrets), or bind sglang_server_flags['host'] "
+            "to 127.0.0.1, or set sglang_server_allow_unauthenticated: true if that is on purpose"
+        )
 
     def _check_env_refs(self) -> None:
         known = {name for name, _ in self.environment} | self.secret_env_names

@@ -4,13 +4,22 @@ systemd-analyze exits 0 on unknown keys and bad values and only prints a warning
 counts as a problem here. The one exception is for units rendered on a control node: the target's
 interpreter (the ml-env python) does not exist on this machine, which systemd reports as
 "Command ... is not executable"; the role checks that path on the host itself instead.
+
+STDLIB ONLY: the sglang_server role also installs this file on the host and validates the unit with
+it before the unit replaces the old one (the template module's ``validate:``, which hands over a
+temporary file without the ``.service`` name systemd-analyze needs)::
+
+    python3 unitcheck.py verify --as sglang.service /path/to/tmpfile [--allow-missing-command]
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,3 +69,30 @@ def verify_unit(unit: Path, *, rendered_elsewhere: bool = False, timeout: float 
     if proc.returncode != 0 and not problems and not notes:
         problems.append(f"systemd-analyze verify exited {proc.returncode}")
     return UnitCheck(unit=unit, problems=tuple(problems), notes=tuple(notes))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="unitcheck.py", description="systemd-analyze verify, strict")
+    sub = parser.add_subparsers(dest="command", required=True)
+    verify = sub.add_parser("verify", help="verify a unit file; any output fails")
+    verify.add_argument("file", help="the unit file (any name)")
+    verify.add_argument("--as", dest="name", required=True, help="its unit name, e.g. sglang.service")
+    verify.add_argument("--allow-missing-command", action="store_true",
+                        help="a missing ExecStart= binary is a note (it is not installed yet)")
+    args = parser.parse_args(argv)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9:_.@-]*\.service", args.name):
+        print(f"unitcheck: --as {args.name!r} is not a service unit name", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="unitcheck-") as work:
+        unit = Path(work) / args.name
+        shutil.copyfile(args.file, unit)
+        check = verify_unit(unit, rendered_elsewhere=args.allow_missing_command)
+    for note in check.notes:
+        print(f"note: {note}")
+    for problem in check.problems:
+        print(problem.replace(str(unit), args.name), file=sys.stderr)
+    return 0 if check.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,8 +3,8 @@ symlink, with the kernel proof that sglang-kernel carries the lane's GPU archite
 
 What it should be comes from the package's lane data and committed locks (the same files the role
 installs). Used by molecule/ml_env and, against a real inventory, by the verify playbook.
-Environment: SGLANG_DEPLOY_LANE (default cu128), SGLANG_DEPLOY_ML_ENV (default /var/lib/sglang/ml-env),
-SGLANG_DEPLOY_ML_ENV_OWNER (default sglang), SGLANG_DEPLOY_ML_ENV_KEEP (default 1).
+Environment: SGLANG_DEPLOY_LANE (default cu128), SGLANG_DEPLOY_ML_ENV (default
+/opt/sglang-deploy/ml-env), SGLANG_DEPLOY_ML_ENV_KEEP (default 1).
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from sglang_deploy.lock import LockTarget, lock_path
 
 REPO = Path(__file__).resolve().parents[2]
 FATBIN = REPO / "src" / "sglang_deploy" / "fatbin.py"
-ML_ENV = os.environ.get("SGLANG_DEPLOY_ML_ENV", "/var/lib/sglang/ml-env")
+ML_ENV = os.environ.get("SGLANG_DEPLOY_ML_ENV", "/opt/sglang-deploy/ml-env")
 STORE = ML_ENV + ".d"
-OWNER = os.environ.get("SGLANG_DEPLOY_ML_ENV_OWNER", "sglang")
 KEEP = int(os.environ.get("SGLANG_DEPLOY_ML_ENV_KEEP", "1"))
 MARKER = ".sglang-deploy-ml-env.json"
 PYTHON = f"{ML_ENV}/bin/python"
@@ -69,12 +68,27 @@ def test_ml_env_is_a_symlink_to_the_venv_of_the_lock(host, lock_text: str) -> No
     digest = hashlib.sha256(lock_text.encode()).hexdigest()[:16]
     assert link.linked_to == f"{STORE}/{digest}"
     venv = host.file(f"{STORE}/{digest}")
-    assert venv.is_directory and venv.user == OWNER
+    assert venv.is_directory and venv.user == "root"
     assert host.file(f"{STORE}/{digest}/sglang-deploy.lock.txt").content_string == lock_text
     report = json.loads(host.file(f"{STORE}/{digest}/{MARKER}").content_string)
     assert report["ok"] is True and report["problems"] == []
     # The role's own kernel proof ran before the switch.
     assert any(name.endswith("common_ops.abi3.so") for name in report["kernel_objects"]), report
+
+
+def test_only_root_can_change_the_code_root_runs(host, lock_text: str) -> None:  # type: ignore[no-untyped-def]
+    """The service runs the ml-env, and root runs it too (checks, verify, nccl-check): no file, the
+    symlink or any directory above it may belong to or be writable by anyone but root."""
+    digest = hashlib.sha256(lock_text.encode()).hexdigest()[:16]
+    venv = f"{STORE}/{digest}"
+    inside = host.run(f"find {venv} \\( ! -user root -o ! -group root -o -perm /022 \\) ! -type l -print -quit")
+    assert inside.rc == 0 and inside.stdout.strip() == "", f"writable by others or not root's: {inside.stdout.strip()}"
+    path = Path(ML_ENV)
+    assert host.file(ML_ENV).user == "root"
+    for directory in [Path(STORE), *path.parents]:
+        entry = host.file(str(directory))
+        assert entry.user == "root", f"{directory} belongs to {entry.user}"
+        assert not entry.mode & 0o022, f"{directory} is writable by others ({entry.mode:o})"
 
 
 def test_store_holds_only_checked_venvs_within_keep(host) -> None:  # type: ignore[no-untyped-def]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 UNIT_DIR = "/etc/systemd/system"
@@ -31,6 +32,18 @@ def test_systemd_analyze_verify_prints_nothing(host, unit_name: str) -> None:
     # systemd-analyze exits 0 on unknown keys and bad values: any output is a failure.
     result = host.run(f"systemd-analyze verify --man=no {UNIT_DIR}/{unit_name}.service 2>&1")
     assert result.rc == 0 and result.stdout.strip() == "", result.stdout
+
+
+# `systemd-analyze security`'s exposure (0 = locked down, 10 = unprotected): 7.6 before the
+# hardening of issue 11, 2.2 with it (README "Unit hardening"). A dropped directive shows here.
+MAX_EXPOSURE = 3.0
+
+
+def test_systemd_rates_the_unit_hardened(host, unit_name: str) -> None:
+    result = host.run(f"systemd-analyze security --no-pager {unit_name}.service 2>&1")
+    level = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", result.stdout)
+    assert level, result.stdout[-2000:]
+    assert float(level.group(1)) <= MAX_EXPOSURE, result.stdout[-2000:]
 
 
 def test_unit_is_enabled_and_loaded(host, unit_name: str) -> None:

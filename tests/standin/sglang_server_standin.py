@@ -244,6 +244,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         f"reasoning_parser={args.reasoning_parser or 'none'} api_key={'set' if args.api_key else 'none'}",
         flush=True,
     )
+    # Real sglang logs its whole ServerArgs, the API key in clear, in the main process
+    # (entrypoints/engine.py) and again in each scheduler: the launcher must mask it.
+    print(
+        f"server_args=ServerArgs(model_path={args.model_path!r}, host={args.host!r}, port={args.port}, "
+        f"api_key={args.api_key!r}, served_model_name={state.served_name!r})",
+        file=sys.stderr,
+        flush=True,
+    )
     if args.standin_mode == "never-ready":
         print("sglang stand-in: never-ready mode: /health_generate answers 503 forever", flush=True)
     else:

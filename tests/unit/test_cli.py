@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -12,9 +13,17 @@ import yaml
 from conftest import ROOT, profile_flags
 
 
-def _inventory(tmp_path: Path, host_vars: dict | None = None) -> Path:
+API_KEY = "ci-key-0f3a9b"
+
+
+def _inventory(tmp_path: Path, host_vars: dict | None = None, api_key: str | None = API_KEY) -> Path:
+    """A copy of inventory/proxmox; ``api_key`` goes where the profile reads it from vault (as an
+    unencrypted stand-in of group_vars/sglang_servers/vault.yml)."""
     inventory = tmp_path / "inventory"
     shutil.copytree(ROOT / "inventory" / "proxmox", inventory)
+    if api_key is not None:
+        vault = inventory / "group_vars" / "sglang_servers" / "vault.yml"
+        vault.write_text(yaml.safe_dump({"vault_sglang_server_api_key": api_key}))
     if host_vars is not None:
         (inventory / "host_vars").mkdir(exist_ok=True)
         (inventory / "host_vars" / "glm5-01.yml").write_text(yaml.safe_dump(host_vars))
@@ -29,6 +38,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=600,
         check=False,
         cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "SGLANG_API_KEY"},
     )
 
 
@@ -42,6 +52,46 @@ def test_render_writes_a_verified_unit_with_the_seed_flags(tmp_path: Path) -> No
     assert " ".join(profile_flags()) in flat  # the seed's command line reads back flag for flag
     assert unit.startswith("#\n# Ansible managed\n#\n")
     assert (out / "glm5-01" / "sglang.env").stat().st_mode & 0o777 == 0o600
+
+
+def test_the_key_reaches_only_the_0600_env_file(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = _cli("render", "-i", str(_inventory(tmp_path)), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert API_KEY in (out / "glm5-01" / "sglang.env").read_text()
+    unit = (out / "glm5-01" / "sglang.service").read_text()
+    assert API_KEY not in unit and "--env-flag api-key=SGLANG_API_KEY" in unit
+
+
+@pytest.mark.parametrize(
+    "host_vars, api_key, refused",
+    [
+        ({}, None, "binds 0.0.0.0:8000 (not loopback) without an API key"),
+        ({"sglang_server_flags_override": {"host": "10.0.0.5"}}, None, "binds 10.0.0.5:8000"),
+        ({"sglang_server_flags_override": {"host": "127.0.0.1"}}, None, None),
+        ({"sglang_server_allow_unauthenticated": True}, None, None),
+        ({"sglang_server_flags_override": {"api-key": "literal-key"}}, None, "holds the key itself"),
+    ],
+    ids=["wildcard", "interface-address", "loopback", "allowed-on-purpose", "key-as-flag-value"],
+)
+def test_an_open_endpoint_is_refused_unless_asked_for(
+    tmp_path: Path, host_vars: dict, api_key: str | None, refused: str | None
+) -> None:
+    proc = _cli("render", "-i", str(_inventory(tmp_path, host_vars, api_key)), "--out", str(tmp_path / "out"))
+    output = proc.stdout + proc.stderr
+    if refused is None:
+        assert proc.returncode == 0, output
+    else:
+        assert proc.returncode == 1 and refused in output and "host glm5-01" in output, output
+        assert "literal-key" not in output
+
+
+def test_render_refuses_a_directive_smuggled_into_a_unit_value(tmp_path: Path) -> None:
+    inventory = _inventory(tmp_path, {"sglang_server_user": "sglang\nExecStartPre=/bin/sh -c id"})
+    proc = _cli("render", "-i", str(inventory), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 1
+    assert "host glm5-01: sglang_server_user" in proc.stdout + proc.stderr
+    assert not (tmp_path / "out" / "glm5-01" / "sglang.service").exists()
 
 
 def test_render_rejects_a_conflict_naming_host_and_fix(tmp_path: Path) -> None:

@@ -17,8 +17,13 @@ spec.loader.exec_module(plugin)
 
 def test_filter_returns_the_model_as_data(profile):
     flags = profile["sglang_server_flags"]
-    data = plugin.sglang_launch(flags, python="/p/python3", host="h1")
+    data = plugin.sglang_launch(flags, python="/p/python3", allow_unauthenticated=True, host="h1")
     assert data == LaunchConfig.from_vars(flags, python="/p/python3").to_dict()
+
+
+def test_filter_refuses_an_open_endpoint_naming_the_host(profile):
+    with pytest.raises(AnsibleFilterError, match=r"^host h1: the server binds 0.0.0.0:8000"):
+        plugin.sglang_launch(profile["sglang_server_flags"], python="/p/python3", host="h1")
 
 
 def test_filter_error_names_the_host():
@@ -30,4 +35,13 @@ def test_env_file_lines():
     assert plugin.sglang_env_file_lines({"SGLANG_API_KEY": "k"}) == ["SGLANG_API_KEY='k'"]
     with pytest.raises(AnsibleFilterError, match="host h: sglang_server_secret_env"):
         plugin.sglang_env_file_lines({"BAD NAME": "k"}, host="h")
-    assert set(plugin.FilterModule().filters()) == {"sglang_launch", "sglang_env_file_lines"}
+    assert set(plugin.FilterModule().filters()) == {
+        "sglang_launch", "sglang_env_file_lines", "sglang_unit_settings", "sglang_path_component",
+        "sglang_redact",
+    }
+
+
+def test_redact_masks_every_secret_longest_first():
+    secrets = {"SGLANG_API_KEY": "abc123", "OTHER": "abc123-long", "EMPTY": ""}
+    text = "key abc123 and abc123-long twice abc123"
+    assert plugin.sglang_redact(text, secrets) == "key ******** and ******** twice ********"

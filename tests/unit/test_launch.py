@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from conftest import PROFILE_ADDED_ENV, SEED_004_ENV, profile_flags
 
-from sglang_deploy.launch import EnvRef, LaunchConfig, LaunchConfigError
+from sglang_deploy.launch import DEFAULT_LAUNCHER, EnvRef, LaunchConfig, LaunchConfigError
 
-PY = "/var/lib/sglang/ml-env/bin/python3"
+PY = "/opt/sglang-deploy/ml-env/bin/python3"
 
 
 def config(flags, **kwargs) -> LaunchConfig:
@@ -18,7 +18,8 @@ def test_profile_renders_seed_004_flag_for_flag(profile):
     launch = config(profile["sglang_server_flags"], env=profile["sglang_server_env"])
     # Ansible templates the model directory and CUDA release; this test sees the inventory as written.
     assert launch.flag_argv() == profile_flags("{{ hf_model_dir }}")
-    assert launch.argv()[:3] == [PY, "-m", "sglang.launch_server"]
+    assert launch.argv()[:5] == [PY, DEFAULT_LAUNCHER, "--module", "sglang.launch_server", "--"]
+    assert launch.argv()[5:] == launch.flag_argv()  # no flag of the profile reads the environment
     env = dict(launch.environment)
     for name, value in {**SEED_004_ENV, **PROFILE_ADDED_ENV}.items():
         if name == "CUDA_HOME":
@@ -51,6 +52,21 @@ def test_values_are_rendered_as_sglang_expects():
         "--api-key", "${SGLANG_API_KEY}",
     ]  # fmt: skip
     assert launch.flag("api-key").value == EnvRef("SGLANG_API_KEY")
+
+
+def test_secrets_from_the_environment_never_enter_argv_or_the_unit():
+    """``{env: NAME}`` flags go to the launcher by variable NAME; their values exist only in the
+    0600 environment file and, at start, inside the server process (sglang_launcher.py)."""
+    launch = config(
+        {"port": 8000, "api-key": {"env": "SGLANG_API_KEY"}}, secret_env_names=["SGLANG_API_KEY"],
+        launcher="/usr/local/libexec/x/sglang_launcher.py",
+    )
+    assert launch.argv() == [
+        PY, "/usr/local/libexec/x/sglang_launcher.py", "--module", "sglang.launch_server",
+        "--env-flag", "api-key=SGLANG_API_KEY", "--", "--port", "8000",
+    ]  # fmt: skip
+    assert "api-key" not in launch.exec_start().replace("api-key=SGLANG_API_KEY", "")
+    assert "$" not in launch.exec_start()  # no systemd ${} expansion: it would land in argv
 
 
 def test_names_are_normalized_and_tp_abbreviation_expanded():
@@ -131,7 +147,7 @@ def test_empty_python_is_rejected():
 def test_exec_start_has_one_flag_per_line(profile):
     text = config(profile["sglang_server_flags"]).exec_start()
     lines = text.split(" \\\n")
-    assert lines[0] == f"{PY} -m sglang.launch_server"
+    assert lines[0] == f"{PY} {DEFAULT_LAUNCHER} --module sglang.launch_server --"
     assert lines[1] == '    --model "{{ hf_model_dir }}"'  # quoted for systemd; Ansible templates it first
     assert "    --trust-remote-code" in lines
     assert len(lines) == 1 + len(profile["sglang_server_flags"])

@@ -1,0 +1,163 @@
+"""sglang_launcher.py: the API key reaches sglang's sys.argv, never the process argv, the workers'
+environment or the log. Runs the real launcher file on a stand-in module that behaves like sglang
+where it matters: logs its ServerArgs (key included) from the main process and a spawned worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sglang_deploy import sglang_launcher
+from sglang_deploy.sglang_launcher import MASK, Masker
+
+LAUNCHER = Path(sglang_launcher.__file__)
+KEY = "sk-launch-7d2e91c4"
+
+STANDIN = '''
+import json, multiprocessing, os, signal, sys, time
+
+def worker(argv):
+    print(f"Global server args updated! server_args=ServerArgs(api_key={argv[-1]!r})", file=sys.stderr, flush=True)
+    with open(f"/proc/{os.getpid()}/cmdline", "rb") as f:
+        cmdline = f.read()
+    with open(os.environ["REPORT"] + ".worker", "w") as out:
+        json.dump({"cmdline": cmdline.decode(errors="replace"), "env": sorted(os.environ)}, out)
+
+if __name__ == "__main__":
+    with open(f"/proc/{os.getpid()}/cmdline", "rb") as f:
+        cmdline = f.read()
+    with open(os.environ["REPORT"], "w") as out:
+        json.dump({"argv": sys.argv[1:], "cmdline": cmdline.decode(errors="replace"), "env": sorted(os.environ)}, out)
+    print(f"server_args=ServerArgs(api_key={sys.argv[-1]!r}, port=8000)", file=sys.stderr, flush=True)
+    mode = os.environ.get("MODE", "")
+    if mode == "raise":
+        raise RuntimeError(f"boom with {sys.argv[-1]}")
+    if mode == "sigterm":
+        def on_term(*_):
+            print(f"draining, key {sys.argv[-1]}", flush=True)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, on_term)
+        print("ready", flush=True)
+        time.sleep(60)
+    process = multiprocessing.get_context("spawn").Process(target=worker, args=(sys.argv,))
+    process.start()
+    process.join()
+    sys.exit(int(os.environ.get("EXIT", "0")))
+'''
+
+
+@pytest.fixture()
+def standin(tmp_path: Path) -> Path:
+    package = tmp_path / "standin_sglang"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "launch_server.py").write_text(STANDIN)
+    return tmp_path
+
+
+def _launch(standin: Path, *extra: str, env: dict[str, str] | None = None, **kwargs):  # type: ignore[no-untyped-def]
+    environment = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(standin),
+        "REPORT": str(standin / "report.json"),
+        "SGLANG_API_KEY": KEY,
+        **(env or {}),
+    }
+    argv = [sys.executable, str(LAUNCHER), "--module", "standin_sglang.launch_server",
+            "--env-flag", "api-key=SGLANG_API_KEY", *extra,
+            "--", "--model-path", "/models/x", "--port", "8000"]  # fmt: skip
+    return argv, environment
+
+
+def test_the_key_reaches_sglang_but_not_argv_environment_or_log(standin: Path) -> None:
+    argv, env = _launch(standin)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((standin / "report.json").read_text())
+    assert report["argv"] == ["--model-path", "/models/x", "--port", "8000", "--api-key", KEY]
+    assert KEY not in report["cmdline"]  # /proc/PID/cmdline is readable by every local user
+    assert "SGLANG_API_KEY" not in report["env"]
+    worker = json.loads((standin / "report.json.worker").read_text())
+    assert KEY not in worker["cmdline"] and "SGLANG_API_KEY" not in worker["env"]
+    log = done.stdout + done.stderr
+    assert KEY not in log
+    assert f"api_key='{MASK.decode()}'" in log  # the main process's ServerArgs line, masked
+    assert "Global server args updated!" in log  # the worker's line went through the mask too
+
+
+def test_exit_status_and_tracebacks_pass_through_masked(standin: Path) -> None:
+    argv, env = _launch(standin, env={"EXIT": "3"})
+    assert subprocess.run(argv, env=env, capture_output=True, timeout=120, check=False).returncode == 3
+    argv, env = _launch(standin, env={"MODE": "raise"})
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    assert "RuntimeError: boom with ********" in done.stderr and KEY not in done.stderr
+
+
+def test_a_missing_secret_fails_in_one_line(standin: Path) -> None:
+    argv, env = _launch(standin)
+    del env["SGLANG_API_KEY"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "SGLANG_API_KEY is not set" in done.stderr
+    assert not (standin / "report.json").exists()
+
+
+def test_sigterm_to_the_unit_lets_sglang_drain_and_log_masked(standin: Path) -> None:
+    """systemd (KillMode=control-group) signals every process of the unit: the launcher ignores
+    it, sglang drains, and the lines it writes while draining are still masked."""
+    argv, env = _launch(standin, env={"MODE": "sigterm"})
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"ready\n"
+    time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert b"draining, key ********" in out and KEY.encode() not in out + err
+
+
+def test_without_secrets_the_module_runs_in_process(standin: Path) -> None:
+    report = standin / "report.json"
+    argv = [sys.executable, str(LAUNCHER), "--module", "standin_sglang.launch_server", "--", "--port", "1"]
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(standin), "REPORT": str(report)}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(report.read_text())["argv"] == ["--port", "1"]
+
+
+@pytest.mark.parametrize("spec", ["api-key", "=X", "api-key=", "--api-key=X"])
+def test_bad_env_flag_specs_are_refused(spec: str) -> None:
+    with pytest.raises(sglang_launcher.LaunchError, match="want FLAG=ENV_NAME"):
+        sglang_launcher.parse_env_flags([spec], {"X": "v"})
+
+
+def _masked(chunks: list[bytes], secrets: list[bytes]) -> bytes:
+    masker = Masker(secrets)
+    return b"".join(masker.feed(chunk) for chunk in chunks) + masker.flush()
+
+
+def test_masker_finds_a_secret_cut_at_every_chunk_boundary() -> None:
+    text = b"start api_key='" + KEY.encode() + b"' end\nnext line " + KEY.encode() + b"\n"
+    for cut in range(1, len(text)):
+        for second in range(cut, len(text)):
+            out = _masked([text[:cut], text[cut:second], text[second:]], [KEY.encode()])
+            assert KEY.encode() not in out, (cut, second)
+            assert out == text.replace(KEY.encode(), MASK)
+
+
+def test_masker_bounds_lines_without_newlines_and_keeps_other_text() -> None:
+    secret = b"s3cr3t-value"
+    blob = (b"x" * 100_000 + secret) * 3
+    masker = Masker([secret, b"s3cr3t"])
+    first = masker.feed(blob[:150_000])
+    assert first and len(first) <= 150_000  # written out before any newline came
+    out = first + masker.feed(blob[150_000:]) + masker.flush()
+    assert secret not in out and out == blob.replace(secret, MASK)
