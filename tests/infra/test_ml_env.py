@@ -89,6 +89,13 @@ def test_only_root_can_change_the_code_root_runs(host, lock_text: str) -> None: 
         entry = host.file(str(directory))
         assert entry.user == "root", f"{directory} belongs to {entry.user}"
         assert not entry.mode & 0o022, f"{directory} is writable by others ({entry.mode:o})"
+        assert entry.mode & 0o001, f"{directory} cannot be traversed by the service ({entry.mode:o})"
+
+
+def test_an_unprivileged_user_can_run_the_ml_env(host) -> None:  # type: ignore[no-untyped-def]
+    """Read-only is not unreadable: the service user (here: nobody) imports the stack."""
+    result = host.run(f"cd / && runuser -u nobody -- {PYTHON} -c 'import sglang, transformers, torch'")
+    assert result.rc == 0, result.stderr[-2000:]
 
 
 def test_store_holds_only_checked_venvs_within_keep(host) -> None:  # type: ignore[no-untyped-def]
