@@ -124,6 +124,7 @@ def test_validate_rejects_a_misspelt_choice_before_touching_hosts(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_validate_accepts_the_seed_profile() -> None:
-    proc = _cli("validate")
+def test_validate_accepts_the_seed_profile(tmp_path: Path) -> None:
+    """The shipped profile with its API key in place (its vault file, here unencrypted)."""
+    proc = _cli("validate", "-i", str(_inventory(tmp_path)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
