@@ -7,7 +7,8 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from sglang_deploy import gpufacts, preflight
+    from sglang_deploy import preflight
+    from sglang_deploy_host import gpufacts
     from sglang_deploy.lanes import LaneError, load_lane
     from sglang_deploy.launch import LaunchConfig, LaunchConfigError
 except ImportError as exc:  # a clear message beats a bare "no filter named preflight_problems"
@@ -69,15 +70,9 @@ def preflight_p2p_adjustments(
     return preflight.p2p_adjustments(parsed, config)
 
 
-def preflight_gpufacts_source(_: Any = None) -> str:
-    """Path of gpufacts.py in the installed package: the file the role copies to hosts."""
-    return str(gpufacts.__file__)
-
-
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "preflight_problems": preflight_problems,
             "preflight_p2p_adjustments": preflight_p2p_adjustments,
-            "preflight_gpufacts_source": preflight_gpufacts_source,
         }

@@ -7,7 +7,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from sglang_deploy import systemd
+    from sglang_deploy_host import systemd
     from sglang_deploy.launch import DEFAULT_LAUNCHER, LaunchConfig, LaunchConfigError
 except ImportError as exc:  # a clear message beats a bare "no filter named sglang_launch"
     raise ImportError(

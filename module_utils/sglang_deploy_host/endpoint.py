@@ -1,11 +1,8 @@
-#!/usr/bin/env python3
 """Talk to a serving sglang endpoint: readiness wait, health checks and the correctness gate.
 
-STDLIB ONLY at import time, Python >= 3.9: the sglang_server role copies this file to
-``/usr/local/libexec/sglang-deploy/endpoint.py`` and runs ``endpoint.py wait-ready`` on the host
-after every (re)start (the readiness gate). On the control node it is imported as
-``sglang_deploy.endpoint`` by tests/infra/test_endpoint.py and ``sglang-deploy verify``; only
-:func:`load_probes` needs PyYAML, imported when called.
+STDLIB ONLY at import time, Python >= 3.9: the module sglang_wait_ready runs the readiness gate with
+it on the host after every (re)start; on the control node ``sglang-deploy verify`` and
+tests/infra/test_endpoint.py import it; only :func:`load_probes` needs PyYAML, imported when called.
 
 Routes and shapes follow sglang's ``srt/entrypoints/http_server.py`` (0.5.10.post1):
 ``/health`` and ``/health_generate`` answer 503 while the server is starting and never need the
@@ -16,13 +13,10 @@ Requests go to the base URL's own host and port only (http:// or https://, no pr
 redirect (the Bearer token never reaches another origin), read at most MAX_ANSWER_BYTES and end
 at a total deadline, so a hostile or broken server cannot hold or flood the caller.
 
-Script:
-  endpoint.py wait-ready --url URL --timeout S [--unit NAME] [--path /health_generate]
-                         [--env-file PATH [--api-key-env NAME]]
-      poll with back-off until URL+path answers 200; exit 0 then, else exit 1 with the reason
-      (exit 2: a bad URL or an unreadable --env-file). The API key, if any, is NAME (default
-      SGLANG_API_KEY) in the unit's environment file, read here, so it never is on a command line;
-      without --env-file it is NAME in this process's environment.
+The readiness gate (:func:`readiness_gate`; the module sglang_wait_ready runs it on the host, and
+``python -m sglang_deploy_host.endpoint wait-ready --url URL --timeout S [--env-file PATH]`` too)
+polls with back-off until URL+path answers 200. The API key, if any, is NAME (default
+SGLANG_API_KEY) in the unit's environment file, read on the host, so it never is on a command line.
 """
 
 from __future__ import annotations
@@ -42,6 +36,9 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+
+from .sglang_launcher import split_command_line
+from .systemd import env_file_values, exec_start_argv
 
 # sglang's ServerArgs defaults (server_args.py): where a server without --host/--port listens.
 DEFAULT_BIND_HOST = "127.0.0.1"
@@ -110,28 +107,6 @@ def _str_or_none(value: Any) -> Optional[str]:
 
 
 # -- what a rendered unit says --------------------------------------------------------------
-def _unescape_systemd(word: str) -> str:
-    return word.replace("%%", "%").replace("$$", "$")
-
-
-def exec_start_argv(unit_text: str) -> list[str]:
-    """The ExecStart= words of a unit file as systemd would split them (``${NAME}`` kept as is).
-
-    Good for the words this project renders (systemd.exec_word: bare or C-escaped double quotes).
-    """
-    import shlex
-
-    lines = unit_text.splitlines()
-    for index, line in enumerate(lines):
-        if line.startswith("ExecStart="):
-            joined = line[len("ExecStart=") :]
-            while joined.endswith("\\") and index + 1 < len(lines):
-                index += 1
-                joined = joined[:-1] + " " + lines[index]
-            return [_unescape_systemd(word) for word in shlex.split(joined, posix=True)]
-    raise ValueError("no ExecStart= line in the unit")
-
-
 def flags_from_argv(argv: Sequence[str]) -> dict[str, Any]:
     """``--name value`` / ``--switch`` words into a flag dict (values of nargs flags joined)."""
     flags: dict[str, Any] = {}
@@ -146,28 +121,6 @@ def flags_from_argv(argv: Sequence[str]) -> dict[str, Any]:
     return flags
 
 
-def env_file_values(env_text: str) -> dict[str, str]:
-    """NAME -> value of an EnvironmentFile= as systemd.env_file_line writes it."""
-    values: dict[str, str] = {}
-    for line in env_text.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        name, sep, raw = line.partition("=")
-        if sep:
-            values[name.strip()] = _env_file_value(raw.strip())
-    return values
-
-
-def _env_file_value(raw: str) -> str:
-    """A value as systemd's env-file parser reads env_file_line's forms: 'literal', or "..." in which
-    a backslash escapes " \\ $ ` and stays before anything else (shlex would keep it before $ and `)."""
-    if len(raw) >= 2 and raw[0] == raw[-1] == "'":
-        return raw[1:-1]
-    if len(raw) >= 2 and raw[0] == raw[-1] == '"':
-        return re.sub(r'\\(["\\$`])', r"\1", raw[1:-1])
-    return raw
-
-
 @dataclass(frozen=True)
 class Target:
     """What a client needs: base URL, served model name, API key (may be empty)."""
@@ -177,31 +130,10 @@ class Target:
     api_key: str = field(default="", repr=False)
 
 
-def split_launch(argv: Sequence[str]) -> "tuple[list[str], dict[str, str]]":
-    """A unit's ExecStart= words -> (the server's flags, {flag: env variable} the launcher adds).
-
-    ``python3 sglang_launcher.py --module M --env-flag api-key=NAME -- FLAGS`` (what the role
-    renders) or ``python3 -m M FLAGS``.
-    """
-    words = list(argv)
-    if len(words) > 2 and words[1] == "-m":
-        return words[3:], {}
-    if "--" not in words:
-        return words[1:], {}
-    cut = words.index("--")
-    env_flags: dict[str, str] = {}
-    head = words[1:cut]
-    for index, word in enumerate(head):
-        if word == "--env-flag" and index + 1 < len(head):
-            flag, _, name = head[index + 1].partition("=")
-            env_flags[flag] = name
-    return words[cut + 1 :], env_flags
-
-
 def target_from_render(unit_text: str, env_text: str, connect_host: Optional[str] = None) -> Target:
     """The endpoint a rendered unit serves: --host/--port/--served-model-name, and the API key the
     launcher hands to sglang (``--env-flag api-key=NAME``: NAME read from the rendered env file)."""
-    flag_words, env_flags = split_launch(exec_start_argv(unit_text))
+    flag_words, env_flags = split_command_line(exec_start_argv(unit_text))
     flags = flags_from_argv(flag_words)
     key = ""
     if "api-key" in env_flags:
@@ -659,7 +591,7 @@ def run_probes(endpoint: Endpoint, model: str, probes: Sequence[Probe]) -> list[
     return [run_probe(endpoint, model, probe) for probe in probes]
 
 
-# -- script ------------------------------------------------------------------------------------
+# -- the readiness gate (module sglang_wait_ready, and this file as a script) ----------------------
 def _api_key(env_file: Optional[str], name: str) -> str:
     """``name`` from the unit's environment file, read here (the key never is on a command line
     or in a task's environment), else from this process's environment; "" when it is not set."""
@@ -668,8 +600,39 @@ def _api_key(env_file: Optional[str], name: str) -> str:
     try:
         text = Path(env_file).read_text(encoding="utf-8")
     except OSError as err:
-        raise ValueError(f"--env-file {env_file}: cannot read it ({err.strerror})") from None
+        raise ValueError(f"env file {env_file}: cannot read it ({err.strerror})") from None
     return env_file_values(text).get(name, "")
+
+
+def readiness_gate(
+    url: str,
+    timeout: float,
+    *,
+    path: str = READY_PATH,
+    unit: Optional[str] = None,
+    env_file: Optional[str] = None,
+    api_key_env: str = API_KEY_ENV,
+    initial_delay: float = 2.0,
+    max_delay: float = 30.0,
+    progress: Optional[Callable[[str], None]] = None,
+) -> "tuple[ReadyResult, str]":
+    """Poll ``url + path`` until it answers 200 or ``timeout`` is spent; the result and its verdict
+    line. ValueError for a URL that is not http(s) or an unreadable ``env_file``."""
+    endpoint = Endpoint(url, api_key=_api_key(env_file, api_key_env))
+    result = wait_ready(
+        endpoint,
+        timeout,
+        path=path,
+        delays=backoff_delays(initial_delay, 2.0, max_delay),
+        unit_state=systemd_unit_failed(unit) if unit else None,
+        progress=progress,
+    )
+    if result.ready:
+        return result, f"ready: {url}{path} answered 200 after {result.waited_s:.0f}s ({result.attempts} polls)"
+    return result, (
+        f"NOT READY: {url}{path} did not answer 200 within {timeout:.0f}s "
+        f"({result.attempts} polls, {result.waited_s:.0f}s): {result.last}"
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -691,32 +654,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help=f"the key's variable in --env-file, else in this environment (default {API_KEY_ENV})",
     )
     args = parser.parse_args(argv)
-
-    if not args.url:
-        flags = {name: value for name, value in (("host", args.bind_host), ("port", args.port)) if value}
-        args.url = base_url(flags)
+    url = args.url or base_url({k: v for k, v in (("host", args.bind_host), ("port", args.port)) if v})
     try:
-        endpoint = Endpoint(args.url, api_key=_api_key(args.env_file, args.api_key_env))
+        result, verdict = readiness_gate(
+            url, args.timeout, path=args.path, unit=args.unit, env_file=args.env_file,
+            api_key_env=args.api_key_env, initial_delay=args.initial_delay, max_delay=args.max_delay,
+            progress=lambda line: print(line, flush=True),
+        )  # fmt: skip
     except ValueError as err:
         print(f"endpoint.py wait-ready: {err}", file=sys.stderr, flush=True)
         return 2
-    result = wait_ready(
-        endpoint,
-        args.timeout,
-        path=args.path,
-        delays=backoff_delays(args.initial_delay, 2.0, args.max_delay),
-        unit_state=systemd_unit_failed(args.unit) if args.unit else None,
-        progress=lambda line: print(line, flush=True),
-    )
-    if result.ready:
-        print(f"ready: {args.url}{args.path} answered 200 after {result.waited_s:.0f}s ({result.attempts} polls)")
-        return 0
-    print(
-        f"NOT READY: {args.url}{args.path} did not answer 200 within {args.timeout:.0f}s "
-        f"({result.attempts} polls, {result.waited_s:.0f}s): {result.last}",
-        flush=True,
-    )
-    return 1
+    print(verdict, flush=True)
+    return 0 if result.ready else 1
 
 
 if __name__ == "__main__":

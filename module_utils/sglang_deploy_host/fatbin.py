@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """List the GPU architectures of the CUDA device code inside shared objects, without a GPU.
 
-Stdlib only: the ml_env role copies this file to target hosts and runs it with their python3;
-the ``sglang-deploy kernels`` command imports it.
+Stdlib only: the sglang_ml_env and sglang_kernel_proof modules run it on target hosts (through
+mlenv.kernel_proof); the ``sglang-deploy kernels`` command imports it.
 
     python3 fatbin.py [--require sm_120] [--json] [--cubins] PATH...     (Python >= 3.10)
 

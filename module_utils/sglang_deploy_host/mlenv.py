@@ -1,15 +1,17 @@
-#!/usr/bin/env python3
-"""On-host helper of the ml_env role (stdlib only: the host does not have sglang_deploy).
+"""The ml-env on a host: the checks a new venv must pass before it is switched to, the kernel proof,
+and which venvs of the store to keep. Stdlib only.
 
-  check  run by the NEW venv's python: every pin of the lock installed at exactly that version and
-         nothing else, the imports work, torch's CUDA is the lane's, transformers knows the model
-         types, and (kernel proof, with --fatbin) every shared object of the kernel packages that
-         has cubins carries each --require-arch, except the lane's --kernel-exempt globs.
-         Prints a JSON report; exit 1 when anything is wrong.
-  prune  keep the current venv and the ``--keep`` newest other complete ones in the store; remove
-         older complete ones and every incomplete (never checked) one. Prints JSON.
+Two interpreters use this file:
+  * the NEW venv's python runs ``python -m sglang_deploy_host.mlenv check`` (interp.run_module), as
+    only that interpreter sees what the venv holds: every pin of the lock installed at exactly that
+    version and nothing else, the imports work, torch's CUDA is the lock's, transformers knows the
+    model types. It prints a JSON report (with the venv's site-packages); exit 1 when anything is
+    wrong.
+  * the Ansible modules (sglang_ml_env, sglang_kernel_proof) run ``kernel_proof`` and
+    ``prune_plan`` in their own interpreter: parsing cubins and listing directories need nothing
+    from the venv.
 
-A venv is complete when the role wrote its marker (MARKER) after ``check`` passed.
+A venv in the store is complete when its MARKER exists: written only after its checks passed.
 """
 
 from __future__ import annotations
@@ -19,55 +21,39 @@ import ctypes
 import fnmatch
 import importlib
 import json
-import re
-import shutil
-import subprocess
 import sys
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from . import fatbin
+from .lockfile import header_fields, normalize, pins
 
 MARKER = ".sglang-deploy-ml-env.json"
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)")
-_HEADER_FIELD = re.compile(r"^# (cuda|inputs-sha256): (\S+)$", re.MULTILINE)
+"""The check's report in a venv of the store: its presence marks the venv complete."""
+LOCK_NAME = "sglang-deploy.lock.txt"
+"""The lock a venv was installed from, kept inside it."""
+PREEXISTING = "preexisting-"
+"""Prefix of a hand-made ml-env directory moved into the store: the operator's, never pruned."""
 
 
-def normalize(name: str) -> str:
-    """PEP 503 name normalization (Sglang_Kernel == sglang-kernel)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def parse_lock(text: str) -> dict[str, str]:
-    """``name==version`` pins of a hashed requirements file (continuation and comment lines skipped)."""
-    pins: dict[str, str] = {}
-    for line in text.splitlines():
-        match = _PIN.match(line)
-        if match:
-            pins[normalize(match.group(1))] = match.group(2)
-    return pins
-
-
-def header_fields(text: str) -> dict[str, str]:
-    """The fields ``sglang-deploy lock`` writes into the header (cuda, inputs-sha256)."""
-    return dict(_HEADER_FIELD.findall(text))
-
-
-def compare_versions(pins: dict[str, str], installed: dict[str, str]) -> list[str]:
+def compare_versions(locked: Dict[str, str], installed: Dict[str, str]) -> List[str]:
     """Every difference between the lock and what is installed, one sentence each."""
     problems = []
-    for name, version in sorted(pins.items()):
+    for name, version in sorted(locked.items()):
         have = installed.get(name)
         if have is None:
             problems.append(f"{name}=={version} is in the lock but not installed")
         elif have != version:
             problems.append(f"{name} is {have}, the lock pins {version}")
     problems += [
-        f"{name}=={installed[name]} is installed but not in the lock"
-        for name in sorted(set(installed) - set(pins))
+        f"{name}=={installed[name]} is installed but not in the lock" for name in sorted(set(installed) - set(locked))
     ]
     return problems
 
 
-def installed_versions() -> dict[str, str]:
+def installed_versions() -> Dict[str, str]:
     from importlib import metadata
 
     return {normalize(d.metadata["Name"]): d.version for d in metadata.distributions()}
@@ -82,46 +68,14 @@ def driver_present() -> bool:
     return True
 
 
-def kernel_objects(site_packages: Path, packages: list[str], exempt: list[str]) -> tuple[list[Path], list[str]]:
-    """The packages' shared objects the proof requires archs of, and problems (a package without any)."""
-    objects: list[Path] = []
-    problems: list[str] = []
-    for package in packages:
-        found = sorted(p for p in (site_packages / package).rglob("*.so*") if p.is_file())
-        if not found:
-            problems.append(f"kernel package {package} has no shared objects in {site_packages}")
-        objects += [
-            p for p in found if not any(fnmatch.fnmatch(str(p.relative_to(site_packages)), g) for g in exempt)
-        ]
-    return objects, problems
-
-
-def kernel_proof(
-    site_packages: Path, packages: list[str], exempt: list[str], archs: list[str], fatbin: str
-) -> tuple[list[str], list[str]]:
-    """Run fatbin.py --require on the kernel objects; return the objects checked and the problems."""
-    objects, problems = kernel_objects(site_packages, packages, exempt)
-    checked = [str(p.relative_to(site_packages)) for p in objects]
-    for arch in archs if objects else []:
-        proc = subprocess.run(
-            [sys.executable, fatbin, "--require", arch, *map(str, objects)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        if proc.returncode != 0:
-            problems.append(f"kernel proof for {arch} failed: {proc.stderr.strip() or proc.stdout.strip()}")
-    return checked, problems
-
-
-def run_check(args: argparse.Namespace) -> dict[str, object]:
+def run_check(args: argparse.Namespace) -> Dict[str, object]:
+    """The report of ``check``, run by the venv's own python."""
     lock_text = Path(args.lock).read_text(encoding="utf-8")
-    pins = parse_lock(lock_text)
-    problems = [] if pins else [f"{args.lock} holds no name==version pins"]
-    problems += compare_versions(pins, installed_versions())
-    imported: list[str] = []
-    skipped: dict[str, str] = {}
+    locked = pins(lock_text)
+    problems = [] if locked else [f"{args.lock} holds no name==version pins"]
+    problems += compare_versions(locked, installed_versions())
+    imported: List[str] = []
+    skipped: Dict[str, str] = {}
     modules = list(args.imports)
     if driver_present():
         modules += args.driver_imports
@@ -136,7 +90,7 @@ def run_check(args: argparse.Namespace) -> dict[str, object]:
     torch_cuda = None
     if args.cuda:
         try:
-            import torch
+            import torch  # type: ignore[import-not-found]
 
             torch_cuda = torch.version.cuda
         except Exception as exc:
@@ -146,7 +100,9 @@ def run_check(args: argparse.Namespace) -> dict[str, object]:
                 problems.append(f"torch.version.cuda is {torch_cuda!r}, the lane needs {args.cuda!r}")
     if args.model_types:
         try:
-            from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+            from transformers.models.auto.configuration_auto import (  # type: ignore[import-not-found]
+                CONFIG_MAPPING_NAMES,
+            )
         except Exception as exc:
             problems.append(f"cannot read transformers' model types: {type(exc).__name__}: {exc}")
         else:
@@ -155,23 +111,12 @@ def run_check(args: argparse.Namespace) -> dict[str, object]:
                 for model_type in args.model_types
                 if model_type not in CONFIG_MAPPING_NAMES
             ]
-    kernels: list[str] = []
-    if args.fatbin:
-        kernels, kernel_problems = kernel_proof(
-            Path(sysconfig.get_paths()["purelib"]),
-            args.kernel_packages,
-            args.kernel_exempt,
-            args.require_archs,
-            args.fatbin,
-        )
-        problems += kernel_problems
     return {
         "ok": not problems,
-        "kernel_objects": kernels,
-        "required_archs": list(args.require_archs),
         "problems": problems,
         "python": ".".join(map(str, sys.version_info[:2])),
-        "packages": len(pins),
+        "site_packages": sysconfig.get_paths()["purelib"],
+        "packages": len(locked),
         "imported": imported,
         "not_imported": skipped,
         "torch_cuda": torch_cuda,
@@ -180,36 +125,110 @@ def run_check(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def prune_plan(store: Path, current: str, keep: int) -> list[Path]:
-    """The store entries to remove: incomplete ones, and complete ones beyond the ``keep`` newest."""
-    complete: list[tuple[float, Path]] = []
-    remove: list[Path] = []
+def site_packages(path: Path) -> Path:
+    """The site-packages of a venv (``lib*/python*/site-packages``), or ``path`` itself when it is not
+    a venv (already a site-packages directory)."""
+    if not (path / "pyvenv.cfg").is_file():
+        return path
+    found = sorted({p.resolve() for p in path.glob("lib*/python*/site-packages") if p.is_dir()})
+    if len(found) != 1:
+        raise FileNotFoundError(f"{path} is a venv with {len(found)} site-packages directories, expected one")
+    return found[0]
+
+
+@dataclass
+class KernelProof:
+    archs: Dict[str, List[str]]
+    """Cubin archs of every object judged (required or exempt), by path relative to site-packages."""
+    required: List[str]
+    """The objects that must carry the archs."""
+    problems: List[str]
+
+
+def kernel_proof(
+    site: Path, packages: Sequence[str], required_archs: Sequence[str], exemptions: Sequence[str]
+) -> KernelProof:
+    """Parse the cubins of every shared object (and, summed up as ``<dir>/**/*.cubin``, the bare
+    cubins) of ``packages`` under ``site``: each must carry every required arch unless an exemption
+    glob (relative to ``site``) matches it. An exempt object must still LACK the archs and every
+    exemption must match an object, so the lane's list stays true; exemptions outside ``packages``
+    are looked up in their own top directory.
+    """
+    for arch in required_archs:
+        fatbin.meets([], arch)  # ValueError naming a malformed arch, before anything is scanned
+    for package in packages:
+        if "/" in package or package in ("", ".", ".."):
+            raise ValueError(f"kernel package {package!r} is not a directory name under site-packages, e.g. sgl_kernel")
+    roots = list(dict.fromkeys([*packages, *(glob.split("/", 1)[0] for glob in exemptions)]))
+    archs: Dict[str, List[str]] = {}
+    problems: List[str] = []
+    for root in roots:
+        base = site / root
+        if not base.is_dir():
+            if root in packages:
+                problems.append(f"kernel package {root} is not installed in {site}")
+            continue
+        result = fatbin.scan([base], cubins=True)
+        problems += [f"cannot read {error}" for error in result.errors]
+        found = {
+            str(report.path.relative_to(site)): fatbin.sort_archs(report.cubins)
+            for report in result.reports
+            if report.cubins
+        }
+        if root in packages and not found and not result.errors:
+            problems.append(f"kernel package {root} has no object with CUDA cubins in {base}: nothing to prove")
+        archs.update(found)
+    required: List[str] = []
+    judged: Dict[str, List[str]] = {}
+    for name, cubins in sorted(archs.items()):
+        exempt = [glob for glob in exemptions if fnmatch.fnmatch(name, glob)]
+        if exempt:
+            judged[name] = cubins
+            has = [arch for arch in required_archs if fatbin.meets(cubins, arch)]
+            if has:
+                problems.append(
+                    f"{name} now has {' '.join(has)} (cubins {' '.join(cubins)}): "
+                    f"drop {exempt[0]} from the lane's kernel_exemptions"
+                )
+        elif name.split("/", 1)[0] in packages:
+            judged[name] = cubins
+            required.append(name)
+            missing = [arch for arch in required_archs if not fatbin.meets(cubins, arch)]
+            if missing:
+                problems.append(f"{name} has no {' '.join(missing)} cubin (has {' '.join(cubins)})")
+    problems += [
+        f"kernel_exemptions entry {glob} matches no object with cubins under {site}: drop it from the lane"
+        for glob in exemptions
+        if not any(fnmatch.fnmatch(name, glob) for name in archs)
+    ]
+    return KernelProof(judged, required, problems)
+
+
+def is_complete(venv: Path) -> bool:
+    return (venv / MARKER).is_file()
+
+
+def prune_plan(store: Path, current: str, keep: int, previous: str = "") -> List[Path]:
+    """The store entries to remove: incomplete ones, and complete ones beyond the ``keep`` newest
+    (``previous``, the venv served before a switch, counts as the newest: it is the rollback).
+    The current venv and moved pre-existing ones (the operator's) are never removed."""
+    complete: List[Tuple[Tuple[bool, float], Path]] = []
+    remove: List[Path] = []
     if not store.is_dir():  # check mode on a fresh host: nothing built, nothing to remove
         return remove
     for entry in sorted(store.iterdir()):
-        if entry.name == current or not entry.is_dir() or entry.is_symlink():
+        if entry.name == current or entry.name.startswith(PREEXISTING) or entry.is_symlink() or not entry.is_dir():
             continue
-        marker = entry / MARKER
-        if marker.is_file():
-            complete.append((marker.stat().st_mtime, entry))
+        if is_complete(entry):
+            complete.append(((entry.name == previous, (entry / MARKER).stat().st_mtime), entry))
         else:
             remove.append(entry)
     complete.sort(key=lambda item: item[0], reverse=True)
-    remove += [path for _, path in complete[keep:]]
-    return remove
+    return remove + [path for _, path in complete[keep:]]
 
 
-def run_prune(args: argparse.Namespace) -> dict[str, object]:
-    store = Path(args.store)
-    removed = [str(path) for path in prune_plan(store, args.current, args.keep)]
-    if not args.dry_run:
-        for path in removed:
-            shutil.rmtree(path)
-    return {"removed": removed, "dry_run": args.dry_run}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description="Check the venv this python runs in against its lock.")
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check")
     check.add_argument("--lock", required=True)
@@ -217,19 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--import", dest="imports", action="append", default=[])
     check.add_argument("--driver-import", dest="driver_imports", action="append", default=[])
     check.add_argument("--model-type", dest="model_types", action="append", default=[])
-    check.add_argument("--fatbin", default="", help="fatbin.py for the kernel proof ('' = no proof)")
-    check.add_argument("--require-arch", dest="require_archs", action="append", default=[])
-    check.add_argument("--kernel-package", dest="kernel_packages", action="append", default=[])
-    check.add_argument("--kernel-exempt", action="append", default=[], help="glob under site-packages")
-    prune = sub.add_parser("prune")
-    prune.add_argument("--store", required=True)
-    prune.add_argument("--current", required=True)
-    prune.add_argument("--keep", type=int, required=True)
-    prune.add_argument("--dry-run", action="store_true")
-    args = parser.parse_args(argv)
-    report = run_check(args) if args.command == "check" else run_prune(args)
+    report = run_check(parser.parse_args(argv))
     print(json.dumps(report, sort_keys=True))
-    return 0 if report.get("ok", True) else 1
+    return 0 if report["ok"] else 1
 
 
 if __name__ == "__main__":

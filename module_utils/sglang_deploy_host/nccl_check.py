@@ -3,15 +3,17 @@
 Run it ON the GPU box with the server's own interpreter (the ml-env has torch), before trusting a new
 NCCL environment or after a driver/topology change::
 
-    /opt/sglang-deploy/ml-env/bin/python3 nccl_check.py --env-from-unit sglang --compare-p2p-disable
+    sglang-deploy nccl-check -- --env-from-unit sglang --compare-p2p-disable
 
+(that is ``/opt/sglang-deploy/ml-env/bin/python3 -m sglang_deploy_host.nccl_check ...`` with this
+package on the path: it reads unit files with the package's own systemd module).
 One process per GPU (``torch.multiprocessing``, NCCL backend, rendezvous on 127.0.0.1). Each rank fills
 its buffer with ``rank + 1``; after ``all_reduce(SUM)`` every element must equal ``n(n+1)/2``, so a wrong
 transport shows up as a wrong sum, not as a slow benchmark. Bus bandwidth is reported the way
 nccl-tests does (``algbw * 2(n-1)/n``). With ``NCCL_DEBUG=INFO`` the script collects the lines where NCCL
 says which transport each channel uses (P2P, SHM, NET), so an operator can see whether P2P was tried.
 
-Stdlib + torch only: the project's package is not installed on GPU hosts, so this file is copied there.
+Stdlib + torch only: it runs with the ml-env's interpreter, which has torch but not this project.
 """
 
 from __future__ import annotations
@@ -29,13 +31,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .systemd import environment
+
 DEFAULT_SIZES_MIB = (1, 16, 128, 512)
 # Largest buffer per GPU (MiB): a typo like 1e9 must not try to allocate petabytes.
 MAX_SIZE_MIB = 64 * 1024
 # Lines in NCCL_DEBUG=INFO output that name the transport chosen between ranks.
 _TRANSPORT_LINE = re.compile(r"(via (P2P|SHM|NET)[^\s]*|Connected all rings|Using network \w+)")
-_UNIT_ASSIGNMENT = re.compile(r"^Environment=(.*)$")
-_C_ESCAPES = {"n": "\n", "t": "\t"}
 
 
 @dataclass
@@ -58,56 +60,6 @@ class VariantResult:
     error: str = ""
 
 
-def parse_env_assignments(text: str) -> dict[str, str]:
-    """``KEY=VALUE`` pairs from ``systemctl show -p Environment --value`` or a unit's Environment= lines.
-
-    Values may be double-quoted as systemd writes them; no other shell syntax is interpreted.
-    """
-    env: dict[str, str] = {}
-    for line in text.splitlines():
-        match = _UNIT_ASSIGNMENT.match(line.strip())
-        payload = match.group(1) if match else line.strip()
-        for word in _split_systemd_words(payload):
-            if match:
-                # In a unit file, Environment= expands specifiers: %% is a literal %.
-                word = word.replace("%%", "%")
-            if "=" in word:
-                key, value = word.split("=", 1)
-                if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-                    env[key] = value
-    return env
-
-
-def _split_systemd_words(payload: str) -> list[str]:
-    words: list[str] = []
-    current: list[str] = []
-    quote = ""
-    i = 0
-    while i < len(payload):
-        ch = payload[i]
-        if quote:
-            if ch == "\\" and i + 1 < len(payload):
-                current.append(_C_ESCAPES.get(payload[i + 1], payload[i + 1]))
-                i += 2
-                continue
-            if ch == quote:
-                quote = ""
-            else:
-                current.append(ch)
-        elif ch in "\"'":
-            quote = ch
-        elif ch.isspace():
-            if current:
-                words.append("".join(current))
-                current = []
-        else:
-            current.append(ch)
-        i += 1
-    if current:
-        words.append("".join(current))
-    return words
-
-
 def env_from_unit(unit: str) -> dict[str, str]:
     """The environment systemd gives ``unit`` (its Environment= lines; EnvironmentFile= holds secrets only)."""
     proc = subprocess.run(
@@ -117,7 +69,7 @@ def env_from_unit(unit: str) -> dict[str, str]:
         timeout=30,
         check=True,
     )
-    return parse_env_assignments(proc.stdout)
+    return environment(proc.stdout)
 
 
 def bus_bandwidth(size_bytes: int, seconds: float, world_size: int) -> tuple[float, float]:
@@ -201,7 +153,8 @@ def run_variant(name: str, env: dict[str, str], args: argparse.Namespace) -> Var
     """One all-reduce run in a fresh process with exactly ``env`` layered over the current environment."""
     with tempfile.TemporaryDirectory(prefix="nccl-check-") as out_dir:
         child_env = {**os.environ, **env, "NCCL_DEBUG": env.get("NCCL_DEBUG", "INFO")}
-        cmd = [sys.executable, os.path.abspath(__file__), "--_child", out_dir, "--iters", str(args.iters)]
+        # As a module: it imports the unit-file reader beside it (sglang-deploy nccl-check sets the path).
+        cmd = [sys.executable, "-m", __spec__.name, "--_child", out_dir, "--iters", str(args.iters)]
         cmd += ["--sizes-mib", *[str(s) for s in args.sizes_mib]]
         if args.gpus:
             cmd += ["--gpus", str(args.gpus)]
@@ -292,7 +245,7 @@ def _load_env(args: argparse.Namespace) -> dict[str, str]:
             text = Path(args.env_from_file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise UsageError(f"--env-from-file {args.env_from_file}: cannot read it as text ({err})") from None
-        env = parse_env_assignments(text)
+        env = environment(text)
         if not env:
             raise UsageError(
                 f"--env-from-file {args.env_from_file}: no Environment= lines or KEY=VALUE pairs. Fix: "

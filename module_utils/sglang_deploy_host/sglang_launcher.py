@@ -142,6 +142,33 @@ def relay(pipes: Dict[int, int], masker_secrets: Sequence[bytes], child: int) ->
     return status
 
 
+def command_line(
+    python: str, launcher: str, module: str, env_flags: Sequence[Tuple[str, str]], flags: Sequence[str]
+) -> List[str]:
+    """The argv that runs the server through this launcher: ``env_flags`` are (flag, variable NAME)
+    pairs, never values. The unit's ExecStart= is rendered from this (sglang_deploy.launch)."""
+    named = [word for flag, name in env_flags for word in ("--env-flag", f"{flag}={name}")]
+    return [python, launcher, "--module", module, *named, "--", *flags]
+
+
+def split_command_line(argv: Sequence[str]) -> Tuple[List[str], Dict[str, str]]:
+    """Back from :func:`command_line` (or a plain ``python -m MODULE FLAGS``): the server's flags,
+    and ``{flag: variable}`` of those the launcher adds from the environment."""
+    words = list(argv)
+    if len(words) > 2 and words[1] == "-m":
+        return words[3:], {}
+    if "--" not in words:
+        return words[1:], {}
+    cut = words.index("--")
+    head = words[1:cut]
+    env_flags = {}
+    for index, word in enumerate(head[:-1]):
+        if word == "--env-flag":
+            flag, _, name = head[index + 1].partition("=")
+            env_flags[flag] = name
+    return words[cut + 1 :], env_flags
+
+
 def run_module(module: str, argv: List[str]) -> None:
     """Run ``module`` as ``python -m module`` would, with ``argv`` as its arguments."""
     sys.argv = [module, *argv]

@@ -58,6 +58,111 @@ def env_file_line(name: str, value: str) -> str:
     return f'{name}="{escaped}"'
 
 
+# -- reading back what the functions above write ---------------------------------------------------
+_C_UNESCAPES = {"n": "\n", "t": "\t"}
+_UNIT_LINE = re.compile(r"^(ExecStart|Environment)=(.*)$")
+
+
+def split_words(payload: str) -> list[str]:
+    """systemd's word splitting of an ``ExecStart=``/``Environment=`` value: bare words, and
+    "double" or 'single' quoted ones in which a backslash escapes (C escapes: \\n \\t)."""
+    words: list[str] = []
+    current: list[str] = []
+    quote = ""
+    started = False  # "" is a word too
+    index = 0
+    while index < len(payload):
+        char = payload[index]
+        if quote:
+            if char == "\\" and index + 1 < len(payload):
+                current.append(_C_UNESCAPES.get(payload[index + 1], payload[index + 1]))
+                index += 2
+                continue
+            if char == quote:
+                quote = ""
+            else:
+                current.append(char)
+        elif char in "\"'":
+            quote, started = char, True
+        elif char == "\\" and index + 1 < len(payload):
+            current.append(payload[index + 1])
+            started = True
+            index += 2
+            continue
+        elif char.isspace():
+            if current or started:
+                words.append("".join(current))
+                current, started = [], False
+        else:
+            current.append(char)
+            started = True
+        index += 1
+    if current or started:
+        words.append("".join(current))
+    return words
+
+
+def _unit_values(unit_text: str, key: str) -> list[str]:
+    """The values of every ``key=`` line, continuation lines (a trailing backslash) joined."""
+    values: list[str] = []
+    lines = unit_text.splitlines()
+    index = 0
+    while index < len(lines):
+        match = _UNIT_LINE.match(lines[index])
+        if match and match.group(1) == key:
+            value = match.group(2)
+            while value.endswith("\\") and index + 1 < len(lines):
+                index += 1
+                value = value[:-1] + " " + lines[index]
+            values.append(value)
+        index += 1
+    return values
+
+
+def exec_start_argv(unit_text: str) -> list[str]:
+    """The argv systemd runs for a unit file's ``ExecStart=`` (what exec_word wrote, read back)."""
+    values = _unit_values(unit_text, "ExecStart")
+    if not values:
+        raise ValueError("no ExecStart= line in the unit")
+    return [w.replace("%%", "%").replace("$$", "$") for w in split_words(values[0])]
+
+
+def environment(text: str) -> dict[str, str]:
+    """``NAME -> value`` of a unit file's ``Environment=`` lines, or of what ``systemctl show -p
+    Environment --value`` prints (the same words without the key; no specifiers left in them)."""
+    unit_values = _unit_values(text, "Environment")
+    words = (
+        [w.replace("%%", "%") for value in unit_values for w in split_words(value)]
+        if unit_values
+        else [w for line in text.splitlines() for w in split_words(line)]
+    )
+    found: dict[str, str] = {}
+    for word in words:
+        name, sep, value = word.partition("=")
+        if sep and ENV_NAME.match(name):
+            found[name] = value
+    return found
+
+
+def env_file_values(env_text: str) -> dict[str, str]:
+    """``NAME -> value`` of an ``EnvironmentFile=`` as env_file_line writes it: 'literal', or
+    "..." in which a backslash escapes " \\ $ ` and stays before anything else."""
+    values: dict[str, str] = {}
+    for line in env_text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, sep, raw = line.partition("=")
+        if not sep:
+            continue
+        raw = raw.strip()
+        if len(raw) >= 2 and raw[0] == raw[-1] == "'":
+            raw = raw[1:-1]
+        elif len(raw) >= 2 and raw[0] == raw[-1] == '"':
+            raw = re.sub(r'\\(["\\$`])', r"\1", raw[1:-1])
+        values[name.strip()] = raw
+    return values
+
+
 # -- values of the unit file that are not flags -----------------------------------------------------
 # Every other value the sglang_server role puts into its unit (user, paths, limits, hardening) passes
 # through unit_settings(): a newline or CR would add a directive of its own, a "../" in the unit

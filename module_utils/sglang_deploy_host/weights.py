@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Model weights on disk: is a checkpoint directory complete, and how to finish one.
 
-Stdlib only: the hf_model role copies this file to the GPU host (which does not have the
-sglang_deploy package) and runs it with the host's python3:
+Stdlib only, Python >= 3.9: the hf_model role's modules (library/sglang_weights_info.py,
+library/sglang_weights.py) import it on the GPU host, where Ansible ships it as module_utils. The
+same file is a command line on any machine with this package (the control node, or a copy of
+module_utils on PYTHONPATH):
 
-    python3 weights.py check DIR [--manifest FILE] [--json]     exit 0 complete, 1 incomplete
-    python3 weights.py manifest DIR [--json]                    the files of a local source and their sizes
-    python3 weights.py plan TARGET (--source-dir SRC | --manifest FILE) [--margin-bytes N]
-    python3 weights.py copy SRC DST --manifest FILE             resumable local copy (appends to short files)
-    python3 weights.py progress DIR --expected-bytes N
+    python3 -m sglang_deploy_host.weights check DIR [--manifest FILE] [--json]   exit 0 complete, 1 incomplete
+    python3 -m sglang_deploy_host.weights manifest DIR [--json]                  a local source's files and sizes
+    python3 -m sglang_deploy_host.weights plan TARGET (--source-dir SRC | --manifest FILE) [--margin-bytes N]
+    python3 -m sglang_deploy_host.weights copy SRC DST --manifest FILE           resumable local copy
+    python3 -m sglang_deploy_host.weights progress DIR --expected-bytes N
 
 Completeness does not trust a download tool's exit status: every shard named in
 ``model.safetensors.index.json`` must exist with the size its own safetensors header implies
@@ -172,22 +174,26 @@ def list_files(directory: Path) -> dict[str, int]:
     return result
 
 
+def validate_manifest(files: Any, origin: str) -> dict[str, int]:
+    """A source's files, {relative path: size}, as the hub lists them or a manifest file holds them."""
+    if not isinstance(files, dict) or not files:
+        raise WeightsError(f"manifest {origin}: no 'files' mapping")
+    for name, size in files.items():
+        if (
+            not isinstance(size, int) or isinstance(size, bool) or size < 0
+            or not isinstance(name, str) or not name or name.startswith("/") or ".." in Path(name).parts
+        ):
+            raise WeightsError(f"manifest {origin}: bad entry {name!r}: {size!r}")
+    return dict(files)
+
+
 def parse_manifest(text: str, origin: str) -> dict[str, int]:
     """A manifest: {"files": {relative path: size}} (what `manifest --json` prints)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise WeightsError(f"manifest {origin}: not JSON ({exc})") from exc
-    files = data.get("files") if isinstance(data, dict) else None
-    if not isinstance(files, dict) or not files:
-        raise WeightsError(f"manifest {origin}: no 'files' mapping")
-    for name, size in files.items():
-        if (
-            not isinstance(size, int) or isinstance(size, bool) or size < 0
-            or not name or name.startswith("/") or ".." in Path(name).parts
-        ):
-            raise WeightsError(f"manifest {origin}: bad entry {name!r}: {size!r}")
-    return dict(files)
+    return validate_manifest(data.get("files") if isinstance(data, dict) else None, origin)
 
 
 def load_manifest(path: Path) -> dict[str, int]:
@@ -196,6 +202,16 @@ def load_manifest(path: Path) -> dict[str, int]:
     except (OSError, UnicodeDecodeError) as exc:
         raise WeightsError(f"manifest {path}: not readable ({exc})") from exc
     return parse_manifest(text, str(path))
+
+
+def source_manifest(source_dir: Path) -> dict[str, int]:
+    """The files of a local source directory and their sizes (raises when there is nothing to copy)."""
+    if not source_dir.is_dir():
+        raise WeightsError(f"source {source_dir} is not a directory")
+    files = list_files(source_dir)
+    if not files:
+        raise WeightsError(f"source {source_dir} holds no files")
+    return files
 
 
 def _size_state(expected: int, present: int) -> str:
@@ -262,6 +278,36 @@ def free_bytes(path: Path) -> tuple[Path, int]:
     return probe, usage.free
 
 
+@dataclass
+class PendingFile:
+    """A file of the source that the target does not hold at the source's size yet."""
+
+    name: str
+    size: int
+    present_bytes: int | None  # None: absent from the target
+
+    @property
+    def offset(self) -> int:
+        """Where writing starts: a shorter file is resumed from its end, anything else written in full."""
+        present = self.present_bytes
+        return present if present is not None and present < self.size else 0
+
+    @property
+    def bytes_to_write(self) -> int:
+        return self.size - self.offset
+
+
+def pending_files(target: Path, manifest: dict[str, int]) -> list[PendingFile]:
+    """The manifest's files that target lacks or holds at another size, in name order."""
+    pending = []
+    for name, size in sorted(manifest.items()):
+        path = target / name
+        present = path.stat().st_size if path.is_file() else None
+        if present != size:
+            pending.append(PendingFile(name, size, present))
+    return pending
+
+
 def plan(target: Path, manifest: dict[str, int], margin_bytes: int, source_dir: Path | None = None) -> dict[str, Any]:
     """What a fetch into target still needs: bytes to write and whether the disk holds them.
 
@@ -270,12 +316,8 @@ def plan(target: Path, manifest: dict[str, int], margin_bytes: int, source_dir: 
     """
     report = check(target, manifest)
     source_report = check(source_dir, manifest) if source_dir is not None else None
-    missing = 0
-    for name, size in manifest.items():
-        path = target / name
-        present = path.stat().st_size if path.is_file() else 0
-        # A resumed file keeps its prefix; a longer or unreadable one is written again in full.
-        missing += size - present if present <= size else size
+    pending = [] if report.complete else pending_files(target, manifest)
+    missing = sum(f.bytes_to_write for f in pending)
     probe, free = free_bytes(target)
     needed = 0 if report.complete else missing + margin_bytes
     return {
@@ -283,7 +325,8 @@ def plan(target: Path, manifest: dict[str, int], margin_bytes: int, source_dir: 
         "complete": report.complete,
         "total_bytes": sum(manifest.values()),
         "file_count": len(manifest),
-        "missing_bytes": 0 if report.complete else missing,
+        "missing_bytes": missing,
+        "missing_files": [f.name for f in pending],
         "margin_bytes": margin_bytes,
         "needed_bytes": needed,
         "free_bytes": free,
@@ -299,38 +342,41 @@ def plan(target: Path, manifest: dict[str, int], margin_bytes: int, source_dir: 
     }
 
 
-def copy_resumable(source: Path, target: Path, manifest: dict[str, int]) -> list[str]:
-    """Copy the manifest's files from source to target; a shorter target file is appended to.
-
-    Returns the names written. Files are 0644 and directories 0755 whatever the umask, so the
-    server's user can read what root fetched but not change it.
-    """
-    written: list[str] = []
-    target.mkdir(parents=True, exist_ok=True)
-    os.chmod(target, 0o755)
+def copy_plan(source: Path, target: Path, manifest: dict[str, int]) -> list[PendingFile]:
+    """What copy_resumable would write; refuses (before anything is written) a source that no
+    longer matches the manifest."""
     for name, size in sorted(manifest.items()):
         src = source / name
-        dst = target / name
-        actual = src.stat().st_size
+        try:
+            actual = src.stat().st_size
+        except OSError as exc:
+            raise WeightsError(f"source {src}: {exc.strerror}") from exc
         if actual != size:
             raise WeightsError(f"source {src} is {actual} bytes, the manifest says {size}")
+    return pending_files(target, manifest)
+
+
+def copy_resumable(source: Path, target: Path, manifest: dict[str, int]) -> list[PendingFile]:
+    """Copy the manifest's files from source to target; a shorter target file is appended to.
+
+    Returns what was written (copy_plan's answer before the copy). Files are 0644 and directories
+    0755 whatever the umask, so the server's user can read what root fetched but not change it.
+    """
+    pending = copy_plan(source, target, manifest)
+    target.mkdir(parents=True, exist_ok=True)
+    os.chmod(target, 0o755)
+    for item in pending:
+        dst = target / item.name
         dst.parent.mkdir(parents=True, exist_ok=True)
         for parent in dst.relative_to(target).parents:
             os.chmod(target / parent, 0o755)
-        present = dst.stat().st_size if dst.is_file() else -1
-        if present == size:
-            continue
-        # Resume a short file from where it stopped; anything else is written again.
-        mode = "ab" if 0 <= present < size else "wb"
-        offset = present if mode == "ab" else 0
-        with src.open("rb") as reader, dst.open(mode) as writer:
-            reader.seek(offset)
+        with (source / item.name).open("rb") as reader, dst.open("ab" if item.offset else "wb") as writer:
+            reader.seek(item.offset)
             shutil.copyfileobj(reader, writer, COPY_CHUNK)
             writer.flush()
             os.fsync(writer.fileno())
         os.chmod(dst, 0o644)
-        written.append(name)
-    return written
+    return pending
 
 
 def bytes_on_disk(directory: Path) -> int:
@@ -345,12 +391,21 @@ def bytes_on_disk(directory: Path) -> int:
     return total
 
 
+def progress(directory: Path, expected_bytes: int) -> dict[str, Any]:
+    """Bytes under directory so far against the expected total (a fetch's progress line)."""
+    present = bytes_on_disk(directory) if directory.is_dir() else 0
+    return {"bytes": present, "expected_bytes": expected_bytes,
+            "percent": round(100.0 * present / max(expected_bytes, 1), 1)}
+
+
 def _print(data: Any, as_json: bool, text: str) -> None:
     print(json.dumps(data, indent=2, sort_keys=True) if as_json else text)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="weights.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python3 -m sglang_deploy_host.weights", description=__doc__.split("\n\n")[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p_check = sub.add_parser("check", help="is DIR a complete checkpoint (exit 0) or not (exit 1)")
     p_check.add_argument("directory", type=Path)
@@ -382,21 +437,13 @@ def main(argv: list[str] | None = None) -> int:
             _print(dict(asdict(report), brief=report.brief()), args.json, report.summary())
             return 0 if report.complete else 1
         if args.command == "manifest":
-            if not args.directory.is_dir():
-                raise WeightsError(f"source {args.directory} is not a directory")
-            files = list_files(args.directory)
-            if not files:
-                raise WeightsError(f"source {args.directory} holds no files")
+            files = source_manifest(args.directory)
             data = {"files": files, "total_bytes": sum(files.values())}
             _print(data, args.json, "\n".join(f"{s}\t{n}" for n, s in files.items()))
             return 0
         if args.command == "plan":
             if args.source_dir is not None:
-                if not args.source_dir.is_dir():
-                    raise WeightsError(f"source {args.source_dir} is not a directory")
-                manifest = list_files(args.source_dir)
-                if not manifest:
-                    raise WeightsError(f"source {args.source_dir} holds no files")
+                manifest = source_manifest(args.source_dir)
             elif args.manifest_json is not None:
                 manifest = parse_manifest(args.manifest_json, "--manifest-json")
             else:
@@ -405,16 +452,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "copy":
             written = copy_resumable(args.source, args.target, load_manifest(args.manifest))
-            print(json.dumps({"written": written}))
+            print(json.dumps({"written": [item.name for item in written]}))
             return 0
         if args.command == "progress":
-            present = bytes_on_disk(args.directory) if args.directory.is_dir() else 0
-            expected = max(args.expected_bytes, 1)
-            print(json.dumps({"bytes": present, "expected_bytes": args.expected_bytes,
-                              "percent": round(100.0 * present / expected, 1)}))
+            print(json.dumps(progress(args.directory, args.expected_bytes)))
             return 0
     except WeightsError as exc:
-        print(f"weights.py {args.command}: {exc}", file=sys.stderr)
+        print(f"sglang_deploy_host.weights {args.command}: {exc}", file=sys.stderr)
         return 2
     return 2  # pragma: no cover - argparse rejects unknown commands
 

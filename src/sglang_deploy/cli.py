@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from sglang_deploy import unitcheck
+from sglang_deploy_host import unitcheck
 from sglang_deploy.commands import add_inventory_args
 from sglang_deploy.runner import RunnerError, project_dir, run_playbook
 
@@ -74,6 +74,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_up(args: argparse.Namespace) -> int:
     artifacts = Path(args.artifacts) if args.artifacts else None
+    if args.check and not args.inventory:
+        _console.print(
+            "[red]sglang-deploy up --check needs -i INVENTORY:[/] the rehearsal container only exists after a "
+            "real run creates it (sglang-deploy up), then: sglang-deploy up --check -i inventory/rehearsal"
+        )
+        return 2
     if args.inventory:
         playbook, inventories, title = "site.yml", args.inventory, "sglang-deploy up"
     else:
@@ -89,7 +95,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         inventories,
         limit=args.limit,
         artifacts_dir=artifacts,
-        title=title,
+        title=title + (" --check" if args.check else ""),
+        check=args.check,
+        tags=args.tags,
+        skip_tags=args.skip_tags,
     )
     _console.print(f"artifacts: {run.artifacts}")
     return 0 if run.rc == 0 else 1
@@ -129,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_inventory_args(up, help_text="inventory path (repeatable); none: the rehearsal container of inventory/rehearsal")
     up.add_argument("--artifacts", help="ansible-runner artifacts directory (default: artifacts/)")
+    up.add_argument(
+        "--check", action="store_true",
+        help="dry run (ansible-playbook --check --diff): change nothing, report what would change",
+    )  # fmt: skip
+    up.add_argument("--tags", help="run only these parts: driver, cuda, ml_env, weights, server, verify (comma-separated)")
+    up.add_argument("--skip-tags", help="skip these parts (same names as --tags)")
     up.set_defaults(func=cmd_up)
 
     for name in COMMAND_MODULES:

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from sglang_deploy import systemd
+from sglang_deploy_host import sglang_launcher, systemd
 
 DEFAULT_MODULE = "sglang.launch_server"
 # Where the sglang_server role installs sglang_launcher.py (sglang_server_libexec_dir).
@@ -198,20 +198,17 @@ class LaunchConfig:
         """``(flag, variable)`` of the flags whose value the launcher reads from the environment."""
         return [(f.name, f.value.name) for f in self.flags if isinstance(f.value, EnvRef)]
 
-    def launcher_argv(self) -> list[str]:
-        """The process's argv up to the server flags: interpreter, launcher, module, and for each
-        environment flag only the variable's NAME (the value never enters an argv)."""
-        env_flags = [w for flag, name in self.env_flags() for w in ("--env-flag", f"{flag}={name}")]
-        return [self.python, self.launcher, "--module", self.module, *env_flags, "--"]
-
     def argv(self) -> list[str]:
-        """What systemd executes: :meth:`launcher_argv` then every flag but the environment ones."""
+        """What systemd executes: the launcher, with each environment flag by its variable's NAME
+        (the value never enters an argv), then every other flag."""
         plain = [flag for flag in self.flags if not isinstance(flag.value, EnvRef)]
-        return [*self.launcher_argv(), *(word for flag in plain for word in flag.argv())]
+        words = [word for flag in plain for word in flag.argv()]
+        return sglang_launcher.command_line(self.python, self.launcher, self.module, self.env_flags(), words)
 
     def exec_start(self) -> str:
         """ExecStart= value: one flag per continuation line, so the unit reads like the seeds."""
-        head = " ".join(systemd.exec_word(word) for word in self.launcher_argv())
+        head_words = sglang_launcher.command_line(self.python, self.launcher, self.module, self.env_flags(), [])
+        head = " ".join(systemd.exec_word(word) for word in head_words)
         lines = [head] + [
             "    " + " ".join(flag.exec_words())
             for flag in self.flags

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_deploy import lanes
+from sglang_deploy_host import lockfile
 from sglang_deploy.lanes import Lane
 
 LOCK_FORMAT = 1
@@ -33,7 +34,6 @@ so no host ever compiles a package while installing the lock."""
 RESOLVE_TIMEOUT_S = 900
 """One resolution (metadata only, no wheels) takes seconds; this bounds a hung index."""
 
-_DIGEST_LINE = re.compile(r"^# inputs-sha256: ([0-9a-f]{64})$", re.MULTILINE)
 _REQUIREMENTS_NAME = "requirements.in"
 _OVERRIDES_NAME = "overrides.txt"
 
@@ -94,21 +94,15 @@ def inputs_digest(target: LockTarget) -> str:
 def header(target: LockTarget, uv_version: str) -> str:
     spec = target.lane.lock
     assert spec is not None
-    lines = [
-        f"# ml-env lock of stack lane {target.lane.name} for Python {target.python} on {spec.platform}.",
-        f"# Generated from src/sglang_deploy/lanes/{target.lane.name}.yml by {uv_version}; do not edit.",
-        f"# Regenerate: sglang-deploy lock --lane {target.lane.name}",
-        f"# inputs-sha256: {inputs_digest(target)}",
-        f"# cuda: {target.lane.cuda}",
-    ]
-    lines += [f"# override: {o.requirement} because {o.reason}" for o in spec.overrides]
-    return "\n".join(lines) + "\n"
-
-
-def recorded_digest(text: str) -> str | None:
-    """The inputs digest a lock file's header records (None: no header, e.g. hand-written)."""
-    match = _DIGEST_LINE.search(text)
-    return match.group(1) if match else None
+    return lockfile.format_header(
+        lane=target.lane.name,
+        python=target.python,
+        platform=spec.platform,
+        uv_version=uv_version,
+        inputs_sha256=inputs_digest(target),
+        cuda=target.lane.cuda,
+        overrides=[(o.requirement, o.reason) for o in spec.overrides],
+    )
 
 
 def is_stale(target: LockTarget, text: str | None = None) -> str | None:
@@ -118,7 +112,7 @@ def is_stale(target: LockTarget, text: str | None = None) -> str | None:
         if not path.is_file():
             return f"{path} is missing"
         text = path.read_text(encoding="utf-8")
-    recorded = recorded_digest(text)
+    recorded = lockfile.recorded_digest(text)
     if recorded != inputs_digest(target):
         return (
             f"{path.name} was made from other inputs than lanes/{target.lane.name}.yml now holds "
@@ -222,13 +216,7 @@ def check_lock(target: LockTarget, uv: str | None = None) -> LockResult:
     path = lock_path(target)
     problem = is_stale(target)
     if problem is None:
-        fresh = _body(resolve(target, uv))
-        if fresh != _body(path.read_text(encoding="utf-8")):
+        fresh = lockfile.body(resolve(target, uv))
+        if fresh != lockfile.body(path.read_text(encoding="utf-8")):
             problem = f"{path.name}: resolving its inputs again gives other pins or hashes"
     return LockResult(target, path, False, time.monotonic() - start, problem)
-
-
-def _body(text: str) -> str:
-    """The lock without its header (whose uv version line may differ between machines)."""
-    return "\n".join(line for line in text.splitlines() if not line.startswith("#"))
-

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sglang_deploy.gpufacts import (
+from sglang_deploy_host.gpufacts import (
     HEALTH_FIX,
     IDLE_FIX,
     GpuFacts,

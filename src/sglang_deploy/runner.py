@@ -301,6 +301,9 @@ def run_playbook(
     console: Console | None = None,
     live: bool = True,
     keep_artifacts: int = KEEP_ARTIFACTS,
+    check: bool = False,
+    tags: str | None = None,
+    skip_tags: str | None = None,
 ) -> PlaybookRun:
     """Run ``playbook`` (relative to the project) and return its outcome.
 
@@ -336,7 +339,11 @@ def run_playbook(
         inventory=[str(Path(i).resolve()) for i in inventory],
         extravars=dict(extravars or {}),
         limit=limit,
+        tags=tags,
+        skip_tags=skip_tags,
     )
+    if check:
+        kwargs["cmdline"] = "--check --diff"
     if screen is not None:
         with screen:
             result = ansible_runner.run(**kwargs)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import endpoint as ep
+from sglang_deploy_host import endpoint as ep
+from sglang_deploy_host import sglang_launcher, systemd
 
 # /health answers at once from a serving sglang (it generates nothing).
 ANSWERS_DEADLINE_S = 10.0
@@ -50,7 +51,7 @@ def target(request: pytest.FixtureRequest, host) -> ep.Target:  # type: ignore[n
     rendered: Path = request.getfixturevalue("rendered_dir")
     unit_name: str = request.getfixturevalue("unit_name")
     unit_text = (rendered / f"{unit_name}.service").read_text()
-    flag_words, _ = ep.split_launch(ep.exec_start_argv(unit_text))
+    flag_words, _ = sglang_launcher.split_command_line(systemd.exec_start_argv(unit_text))
     bind_host = ep.flags_from_argv(flag_words).get("host")
     return ep.target_from_render(
         unit_text,

@@ -1,10 +1,11 @@
 """Model weights on a host after the hf_model role: complete, as the source listed them, read-only to the server.
 
 Every `<models root>/<org>--<name>/<revision>.manifest.json` the role recorded names a model directory;
-each must hold every listed file at its listed size and pass the role's own checker. Used by molecule
-(hf_model scenario) and by playbooks/verify.yml against a real host. The models root and the checker's
-path follow the role's defaults; SGLANG_DEPLOY_MODELS_ROOT / SGLANG_DEPLOY_WEIGHTS_CHECKER /
-SGLANG_DEPLOY_HF_TOKEN_FILE override them, and SGLANG_DEPLOY_EXPECT_HF_TOKEN=1 requires the token file.
+each must hold every listed file at its listed size and pass the role's own completeness check: the
+`sglang_weights_info` module (library/), run on the host through testinfra's Ansible backend in check
+mode. Used by molecule (hf_model scenario) and by playbooks/verify.yml against a real host. The models
+root and the token file follow the role's defaults; SGLANG_DEPLOY_MODELS_ROOT / SGLANG_DEPLOY_HF_TOKEN_FILE
+override them, and SGLANG_DEPLOY_EXPECT_HF_TOKEN=1 requires the token file.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import os
 import pytest
 
 MODELS_ROOT = os.environ.get("SGLANG_DEPLOY_MODELS_ROOT", "/var/lib/sglang/models")
-CHECKER = os.environ.get("SGLANG_DEPLOY_WEIGHTS_CHECKER", "/usr/local/libexec/sglang-deploy/weights.py")
 TOKEN_FILE = os.environ.get("SGLANG_DEPLOY_HF_TOKEN_FILE", "/etc/sglang-deploy/hf_token")
 
 
@@ -31,21 +31,18 @@ def _load(host, manifest_path: str) -> dict:  # type: ignore[no-untyped-def]
     return json.loads(host.file(manifest_path).content_string)
 
 
-def test_checker_is_installed_root_owned(host):
-    checker = host.file(CHECKER)
-    assert checker.is_file
-    assert (checker.user, checker.group, checker.mode) == ("root", "root", 0o755)
+def _weights_info(host, model_dir: str, manifest: str) -> dict:  # type: ignore[no-untyped-def]
+    """The role's module on the host (read-only, so check mode): where model_dir stands against manifest."""
+    return dict(host.ansible("sglang_weights_info", f"dest={model_dir} manifest={manifest}", check=True))
 
 
-def test_every_recorded_model_is_complete_by_the_checker(host):
+def test_every_recorded_model_is_complete_by_the_roles_check(host):
     for manifest in _manifests(host):
         model_dir = manifest.removesuffix(".manifest.json")
-        result = host.run("python3 %s check %s --manifest %s --json", CHECKER, model_dir, manifest)
-        assert result.rc == 0, f"{model_dir}:\n{result.stdout}{result.stderr}"
-        report = json.loads(result.stdout)
-        assert report["complete"] is True
-        shards = [f["name"] for f in report["files"] if f["name"].endswith(".safetensors")]
-        assert shards, f"{model_dir}: no safetensors shard checked"
+        info = _weights_info(host, model_dir, manifest)
+        assert info["complete"] is True, f"{model_dir}: {info['problems_brief']}"
+        assert info["missing_bytes"] == 0 and info["progress"]["bytes"] >= info["total_bytes"]
+        assert any(name.endswith(".safetensors") for name in info["files"]), f"{model_dir}: no safetensors shard"
 
 
 def test_every_listed_file_has_the_source_size_and_server_readable_modes(host):
@@ -84,15 +81,16 @@ def damaged_copy(host):  # type: ignore[no-untyped-def]
     scratch = host.run("mktemp -d").stdout.strip()
     assert host.run("cp -a %s/. %s/", model_dir, scratch).rc == 0
     assert host.run("truncate --size=-1 %s/%s", scratch, shard).rc == 0
-    yield scratch, shard
+    yield scratch, shard, manifest_path
     host.run("rm -rf %s", scratch)
 
 
-def test_checker_on_the_host_finds_a_shard_one_byte_short(host, damaged_copy):
-    scratch, shard = damaged_copy
-    result = host.run("python3 %s check %s", CHECKER, scratch)
-    assert result.rc == 1
-    assert f"{shard}: truncated" in result.stdout
+def test_roles_check_on_the_host_finds_a_shard_one_byte_short(host, damaged_copy):
+    scratch, shard, manifest = damaged_copy
+    info = _weights_info(host, scratch, manifest)
+    assert info["complete"] is False
+    assert [(p["name"], p["state"]) for p in info["problems"]] == [(shard, "truncated")]
+    assert info["missing_files"] == [shard] and info["missing_bytes"] == 1
 
 
 def test_hub_token_is_only_in_a_root_only_file(host):
@@ -106,5 +104,5 @@ def test_hub_token_is_only_in_a_root_only_file(host):
         token = token_file.content_string.strip()
         assert token
         # Not in any file the role wrote for everyone to read.
-        leaked = host.run("grep -rlF -- %s %s %s", token, MODELS_ROOT, os.path.dirname(CHECKER))
+        leaked = host.run("grep -rlF -- %s %s", token, MODELS_ROOT)
         assert leaked.rc == 1, f"token found in: {leaked.stdout}"

@@ -2,18 +2,17 @@
 symlink, with the kernel proof that sglang-kernel carries the lane's GPU architecture.
 
 What it should be comes from the package's lane data and committed locks (the same files the role
-installs). Used by molecule/ml_env and, against a real inventory, by the verify playbook.
+installs), read with the same code (sglang_deploy_host.lockfile, mlenv); the kernel proof is the
+project's sglang_kernel_proof module, run on the host through Ansible. Used by molecule/ml_env and,
+against a real inventory, by the verify playbook.
 Environment: SGLANG_DEPLOY_LANE (default cu128), SGLANG_DEPLOY_ML_ENV (default
 /opt/sglang-deploy/ml-env), SGLANG_DEPLOY_ML_ENV_KEEP (default 1).
 """
 
 from __future__ import annotations
 
-import fnmatch
-import hashlib
 import json
 import os
-import re
 import shlex
 from pathlib import Path
 
@@ -21,19 +20,13 @@ import pytest
 
 from sglang_deploy.lanes import Lane, load_lane
 from sglang_deploy.lock import LockTarget, lock_path
+from sglang_deploy_host import lockfile
+from sglang_deploy_host.mlenv import LOCK_NAME, MARKER, PREEXISTING
 
-REPO = Path(__file__).resolve().parents[2]
-FATBIN = REPO / "src" / "sglang_deploy" / "fatbin.py"
 ML_ENV = os.environ.get("SGLANG_DEPLOY_ML_ENV", "/opt/sglang-deploy/ml-env")
 STORE = ML_ENV + ".d"
 KEEP = int(os.environ.get("SGLANG_DEPLOY_ML_ENV_KEEP", "1"))
-MARKER = ".sglang-deploy-ml-env.json"
 PYTHON = f"{ML_ENV}/bin/python"
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.MULTILINE)
-
-
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @pytest.fixture(scope="module")
@@ -57,19 +50,14 @@ def lock_text(host, lane: Lane) -> str:  # type: ignore[no-untyped-def]
     return path.read_text(encoding="utf-8")
 
 
-@pytest.fixture(scope="module")
-def site_packages(host) -> str:  # type: ignore[no-untyped-def]
-    return str(_venv_json(host, "import json, sysconfig; print(json.dumps(sysconfig.get_paths()['purelib']))"))
-
-
 def test_ml_env_is_a_symlink_to_the_venv_of_the_lock(host, lock_text: str) -> None:  # type: ignore[no-untyped-def]
     link = host.file(ML_ENV)
     assert link.is_symlink
-    digest = hashlib.sha256(lock_text.encode()).hexdigest()[:16]
+    digest = lockfile.venv_name(lock_text)
     assert link.linked_to == f"{STORE}/{digest}"
     venv = host.file(f"{STORE}/{digest}")
     assert venv.is_directory and venv.user == "root"
-    assert host.file(f"{STORE}/{digest}/sglang-deploy.lock.txt").content_string == lock_text
+    assert host.file(f"{STORE}/{digest}/{LOCK_NAME}").content_string == lock_text
     report = json.loads(host.file(f"{STORE}/{digest}/{MARKER}").content_string)
     assert report["ok"] is True and report["problems"] == []
     # The role's own kernel proof ran before the switch.
@@ -79,8 +67,7 @@ def test_ml_env_is_a_symlink_to_the_venv_of_the_lock(host, lock_text: str) -> No
 def test_only_root_can_change_the_code_root_runs(host, lock_text: str) -> None:  # type: ignore[no-untyped-def]
     """The service runs the ml-env, and root runs it too (checks, verify, nccl-check): no file, the
     symlink or any directory above it may belong to or be writable by anyone but root."""
-    digest = hashlib.sha256(lock_text.encode()).hexdigest()[:16]
-    venv = f"{STORE}/{digest}"
+    venv = f"{STORE}/{lockfile.venv_name(lock_text)}"
     inside = host.run(f"find {venv} \\( ! -user root -o ! -group root -o -perm /022 \\) ! -type l -print -quit")
     assert inside.rc == 0 and inside.stdout.strip() == "", f"writable by others or not root's: {inside.stdout.strip()}"
     path = Path(ML_ENV)
@@ -99,21 +86,23 @@ def test_an_unprivileged_user_can_run_the_ml_env(host) -> None:  # type: ignore[
 
 
 def test_store_holds_only_checked_venvs_within_keep(host) -> None:  # type: ignore[no-untyped-def]
+    """Besides hand-made venvs the role moved there (the operator's, never pruned)."""
     entries = host.file(STORE).listdir()
-    assert 1 <= len(entries) <= 1 + KEEP, entries
+    built = [name for name in entries if not name.startswith(PREEXISTING)]
+    assert 1 <= len(built) <= 1 + KEEP, entries
     for name in entries:
         assert host.file(f"{STORE}/{name}/{MARKER}").is_file, f"{STORE}/{name} was never checked"
 
 
 def test_installed_versions_equal_the_lock(host, lock_text: str) -> None:  # type: ignore[no-untyped-def]
-    pins = {_normalize(name): version for name, version in _PIN.findall(lock_text)}
+    pins = lockfile.pins(lock_text)
     installed = _venv_json(
         host,
         "import json; from importlib import metadata; "
         "print(json.dumps({d.metadata['Name']: d.version for d in metadata.distributions()}))",
     )
     assert isinstance(installed, dict)
-    assert {_normalize(name): version for name, version in installed.items()} == pins
+    assert {lockfile.normalize(name): version for name, version in installed.items()} == pins
     assert len(pins) > 100  # the real lane, not a stand-in
 
 
@@ -139,34 +128,19 @@ def test_sglang_and_flashinfer_import(host, lane: Lane) -> None:  # type: ignore
     assert isinstance(found, list) and found[0] == lane.sglang
 
 
-@pytest.fixture(scope="module")
-def fatbin_on_host(host) -> str:  # type: ignore[no-untyped-def]
-    """fatbin.py (stdlib only) copied to the host, run there with the system python3."""
-    assert FATBIN.is_file(), f"{FATBIN} is missing"
-    dest = "/tmp/sglang-deploy-fatbin.py"
-    result = host.ansible("ansible.builtin.copy", f"src={FATBIN} dest={dest} mode=0644", check=False, become=True)
-    assert not result.get("failed"), result
-    return dest
-
-
-def test_kernel_proof_sglang_kernel_carries_the_lanes_archs(host, lane: Lane, site_packages: str, fatbin_on_host: str) -> None:  # type: ignore[no-untyped-def]
-    """Parsed from the objects' .nv_fatbin sections. Every object with cubins carries each required arch,
-    except the lane's documented exemptions, which must still lack it (so the list stays true)."""
-    scanned = [f"{site_packages}/{d}" for d in ("sgl_kernel", "flashinfer", "flashinfer_cubin")]
-    listing = host.run(f"python3 {fatbin_on_host} --json --cubins {' '.join(scanned)}")
-    assert listing.rc == 0, listing.stderr
-    archs = {path.removeprefix(site_packages + "/"): found for path, found in json.loads(listing.stdout).items()}
-    print(json.dumps(archs, indent=1))  # the proof's findings, in the test log
-    objects = [name for name in archs if name.startswith("sgl_kernel/") and archs[name]]
-    assert any(name.endswith("common_ops.abi3.so") for name in objects), archs
-    exempt = {e.object for e in lane.kernel_exemptions}
-    for arch in lane.required_archs:
-        required = [f"{site_packages}/{name}" for name in objects if not any(fnmatch.fnmatch(name, e) for e in exempt)]
-        proof = host.run(f"python3 {fatbin_on_host} --require {arch} {' '.join(required)}")
-        assert proof.rc == 0, f"objects without {arch}:\n{proof.stderr}"
-        for name in sorted(exempt & set(archs)):
-            path = f"{site_packages}/{name.removesuffix('/**/*.cubin')}"
-            cubins = " --cubins" if name.endswith("*.cubin") else ""
-            lacks = host.run(f"python3 {fatbin_on_host}{cubins} --require {arch} {path}")
-            assert lacks.rc == 1, f"{name} now has {arch}: drop it from the lane's kernel_exemptions\n{lacks.stdout}"
-    assert set(archs) >= exempt, f"exempt objects not found: {exempt - set(archs)}"
+def test_kernel_proof_sglang_kernel_carries_the_lanes_archs(host, lane: Lane) -> None:  # type: ignore[no-untyped-def]
+    """Parsed from the objects' .nv_fatbin sections on the host (the sglang_kernel_proof module).
+    Every sgl_kernel object with cubins carries each required arch, except the lane's documented
+    exemptions, which must still lack them and must all be found (so the list stays true)."""
+    args = {
+        "path": ML_ENV,
+        "packages": ["sgl_kernel"],
+        "required_archs": list(lane.required_archs),
+        "exemptions": [exemption.object for exemption in lane.kernel_exemptions],
+    }
+    try:
+        proof = host.ansible("sglang_kernel_proof", json.dumps(args), check=True)
+    except host.ansible.AnsibleException as exc:
+        pytest.fail(f"kernel proof failed: {exc.result.get('msg', exc.result)}")
+    print(json.dumps(proof["archs"], indent=1))  # the proof's findings, in the test log
+    assert any(name.endswith("common_ops.abi3.so") for name in proof["required"]), proof["archs"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import endpoint as ep
+from sglang_deploy_host import systemd
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -32,23 +32,13 @@ def main_pid(host, unit_name: str) -> int:  # type: ignore[no-untyped-def]
     return pid
 
 
-def _rendered_environment(unit_text: str) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for line in unit_text.splitlines():
-        if line.startswith("Environment="):
-            for word in shlex.split(line[len("Environment=") :], posix=True):
-                name, _, value = word.replace("%%", "%").partition("=")
-                env[name] = value
-    return env
-
-
 def test_service_is_active_and_running(main_pid: int) -> None:
     assert main_pid > 0
 
 
 def test_process_argv_is_the_rendered_execstart(host, main_pid: int, rendered_dir: Path, unit_name: str) -> None:  # type: ignore[no-untyped-def]
     """Word for word: the launcher, the module, secret flags by variable NAME only, then the flags."""
-    expected = ep.exec_start_argv((rendered_dir / f"{unit_name}.service").read_text())
+    expected = systemd.exec_start_argv((rendered_dir / f"{unit_name}.service").read_text())
     actual = host.file(f"/proc/{main_pid}/cmdline").content.decode().split("\0")[:-1]
     assert actual == expected
 
@@ -64,7 +54,7 @@ def _unit_pids(host, unit_name: str) -> list[int]:  # type: ignore[no-untyped-de
 def test_no_secret_in_any_argv_of_the_unit(host, rendered_dir: Path, unit_name: str, main_pid: int) -> None:  # type: ignore[no-untyped-def]
     """/proc/PID/cmdline is readable by every local user: no process of the unit may carry a value
     of the 0600 env file there (the launcher hands --api-key to sglang inside the process)."""
-    secrets = [v for v in ep.env_file_values((rendered_dir / f"{unit_name}.env").read_text()).values() if v]
+    secrets = [v for v in systemd.env_file_values((rendered_dir / f"{unit_name}.env").read_text()).values() if v]
     pids = _unit_pids(host, unit_name)
     assert main_pid in pids
     for pid in pids:
@@ -75,7 +65,7 @@ def test_no_secret_in_any_argv_of_the_unit(host, rendered_dir: Path, unit_name: 
 def test_no_secret_in_the_journal(host, rendered_dir: Path, unit_name: str, main_pid: int) -> None:  # type: ignore[no-untyped-def]
     """sglang logs its ServerArgs with the API key in clear (the stand-in does as well): the
     launcher masks it before it reaches the journal."""
-    secrets = ep.env_file_values((rendered_dir / f"{unit_name}.env").read_text())
+    secrets = systemd.env_file_values((rendered_dir / f"{unit_name}.env").read_text())
     journal = host.run(f"journalctl -u {unit_name}.service --no-pager -o cat").stdout
     assert "server_args=ServerArgs(" in journal, "the server did not log its arguments"
     for name, secret in secrets.items():
@@ -87,9 +77,9 @@ def test_no_secret_in_the_journal(host, rendered_dir: Path, unit_name: str, main
 def test_process_environment_is_the_rendered_one(host, main_pid: int, rendered_dir: Path, unit_name: str) -> None:  # type: ignore[no-untyped-def]
     environ = host.file(f"/proc/{main_pid}/environ").content.decode(errors="replace").split("\0")
     actual = dict(item.split("=", 1) for item in environ if "=" in item)
-    for name, value in _rendered_environment((rendered_dir / f"{unit_name}.service").read_text()).items():
+    for name, value in systemd.environment((rendered_dir / f"{unit_name}.service").read_text()).items():
         assert actual.get(name) == value, f"{name} in the process differs from the render"
-    for name, value in ep.env_file_values((rendered_dir / f"{unit_name}.env").read_text()).items():
+    for name, value in systemd.env_file_values((rendered_dir / f"{unit_name}.env").read_text()).items():
         assert name in actual, f"secret {name} of the env file is missing from the process"
         assert _digest(actual[name]) == _digest(value), f"secret {name} differs from the env file"
 

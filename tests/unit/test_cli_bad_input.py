@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import cli, nccl_check
+from sglang_deploy import cli
+from sglang_deploy_host import nccl_check
 
 SEED_BOX = ["--gpu-memory-mib", "97887", "--tp-size", "8", "--max-running-requests", "64"]
 

@@ -1,4 +1,4 @@
-"""sglang_deploy.endpoint against the sglang HTTP stand-in over real HTTP on 127.0.0.1.
+"""sglang_deploy_host.endpoint against the sglang HTTP stand-in over real HTTP on 127.0.0.1.
 
 The stand-in (tests/standin/sglang_server_standin.py) runs as its own process on an ephemeral port,
 in the modes the suites must tell apart: ok, garble (NaN-like "!!!!" answers), never-ready (503).
@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
-from sglang_deploy import endpoint as ep
-from sglang_deploy.systemd import env_file_line
+from sglang_deploy_host import endpoint as ep
+from sglang_deploy_host.systemd import env_file_line
 
 STANDIN = ROOT / "tests" / "standin" / "sglang_server_standin.py"
 KEY = "unit-test-key"
@@ -155,12 +155,6 @@ def test_target_from_render_reads_flags_and_the_key_the_launcher_adds() -> None:
     assert ep.target_from_render(open_unit, "").api_key == ""
 
 
-@pytest.mark.parametrize("value", ["plain", "s3cr%t $x", "k'e\"y $HOME `id` \\ %n", "\\$'", "'", ""])
-def test_env_file_values_read_what_env_file_line_writes(value: str) -> None:
-    """systemd's rules: in double quotes a backslash escapes " \\ $ ` (shlex keeps it before $ and `)."""
-    assert ep.env_file_values("# comment\n" + env_file_line("KEY", value) + "\n") == {"KEY": value}
-
-
 def test_the_shipped_probes_load(tmp_path: Path) -> None:
     probes = ep.load_probes()
     assert {"capital-of-france", "arithmetic", "python-function"} <= {p.name for p in probes}
@@ -251,7 +245,7 @@ def test_wait_ready_stops_early_when_the_unit_failed() -> None:
 def test_wait_ready_script_exits_1_with_the_reason(standin: Standin) -> None:
     port = standin.url.rsplit(":", 1)[1]
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "src" / "sglang_deploy" / "endpoint.py"), "wait-ready",
+        [sys.executable, "-m", "sglang_deploy_host.endpoint", "wait-ready",
          "--bind-host", "0.0.0.0", "--port", port, "--timeout", "1.5", "--initial-delay", "0.2", "--max-delay", "0.5"],
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
@@ -451,7 +445,7 @@ TRICKY_KEY = "k'e\"y $HOME `id` \\ %n"
 
 def _wait_ready(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(ROOT / "src" / "sglang_deploy" / "endpoint.py"), "wait-ready", *args],
+        [sys.executable, "-m", "sglang_deploy_host.endpoint", "wait-ready", *args],
         capture_output=True, text=True, timeout=60, check=False, env=env,
     )  # fmt: skip
 
@@ -478,7 +472,7 @@ def test_wait_ready_names_a_missing_env_file(tmp_path: Path) -> None:
     missing = tmp_path / "missing.env"
     proc = _wait_ready("--url", "http://127.0.0.1:9", "--timeout", "1", "--env-file", str(missing))
     assert proc.returncode == 2
-    assert f"--env-file {missing}: cannot read it (No such file or directory)" in proc.stderr
+    assert f"env file {missing}: cannot read it (No such file or directory)" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 

@@ -17,13 +17,13 @@ def config(flags, **kwargs) -> LaunchConfig:
 def test_profile_renders_seed_004_flag_for_flag(profile):
     launch = config(profile["sglang_server_flags"], env=profile["sglang_server_env"])
     # Ansible templates the model directory and CUDA release; this test sees the inventory as written.
-    assert launch.flag_argv() == profile_flags("{{ hf_model_dir }}")
+    assert launch.flag_argv() == profile_flags("{{ sglang_common_model_dir }}")
     assert launch.argv()[:5] == [PY, DEFAULT_LAUNCHER, "--module", "sglang.launch_server", "--"]
     assert launch.argv()[5:] == launch.flag_argv()  # no flag of the profile reads the environment
     env = dict(launch.environment)
     for name, value in {**SEED_004_ENV, **PROFILE_ADDED_ENV}.items():
         if name == "CUDA_HOME":
-            value = "/usr/local/cuda-{{ cuda_toolkit_server_version }}"
+            value = "{{ sglang_common_cuda_home }}"
         assert env[name] == value
     assert env["PATH"].startswith("{{ sglang_server_venv }}/bin:")  # templated by Ansible, not here
     assert launch.tp_size == 8
@@ -148,7 +148,7 @@ def test_exec_start_has_one_flag_per_line(profile):
     text = config(profile["sglang_server_flags"]).exec_start()
     lines = text.split(" \\\n")
     assert lines[0] == f"{PY} {DEFAULT_LAUNCHER} --module sglang.launch_server --"
-    assert lines[1] == '    --model "{{ hf_model_dir }}"'  # quoted for systemd; Ansible templates it first
+    assert lines[1] == '    --model "{{ sglang_common_model_dir }}"'  # quoted for systemd; Ansible templates it first
     assert "    --trust-remote-code" in lines
     assert len(lines) == 1 + len(profile["sglang_server_flags"])
 

@@ -1,12 +1,12 @@
 """The lanes' ml-env locks (no network): committed locks match their lanes, stale ones are caught,
-the real uv resolves a lane from a local index, and the ml_env role's on-host check script works."""
+the real uv resolves a lane from a local index, and the ml-env's check (mlenv) works in a venv
+that does not have this project, as the sglang_ml_env module runs it."""
 
 from __future__ import annotations
 
 import base64
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -14,28 +14,15 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from sglang_deploy import lanes, lock
 from sglang_deploy.cli import main
 from sglang_deploy.lanes import LaneError, LockSpec, Override, lane_names, load_lane
+from sglang_deploy_host import interp, lockfile, mlenv
 
-REPO = Path(__file__).resolve().parents[2]
-CHECK_SCRIPT = REPO / "roles" / "ml_env" / "files" / "ml_env_check.py"
 LOCKED_LANES = [name for name in lane_names() if load_lane(name).lock is not None]
-
-
-def _check_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ml_env_check", CHECK_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ml_env_check = _check_module()
 
 
 # --- the committed locks ----------------------------------------------------------------------
@@ -60,7 +47,7 @@ def test_committed_locks_pin_the_lane_with_hashes(name: str) -> None:
     lane = load_lane(name)
     for target in lock.targets(lane):
         text = lock.lock_path(target).read_text(encoding="utf-8")
-        pins = ml_env_check.parse_lock(text)
+        pins = lockfile.pins(text)
         assert {k: pins[k] for k in ("sglang", "torch", "sglang-kernel", "transformers")} == {
             "sglang": lane.sglang,
             "torch": lane.torch,
@@ -72,17 +59,21 @@ def test_committed_locks_pin_the_lane_with_hashes(name: str) -> None:
         assert tuple(int(p) for p in pins["transformers"].split(".")[:2]) >= (5, 2)
         # Every pin is followed by at least one hash: `uv pip sync --require-hashes` accepts it.
         blocks = re.split(r"\n(?=[A-Za-z0-9])", text.split("\n", text.count("\n# ") + 1)[-1])
-        pinned_blocks = [b for b in blocks if ml_env_check.parse_lock(b)]
+        pinned_blocks = [b for b in blocks if lockfile.pins(b)]
         assert len(pinned_blocks) == len(pins)
         assert all("--hash=sha256:" in block for block in pinned_blocks)
-        fields = ml_env_check.header_fields(text)
-        assert fields == {"cuda": lane.cuda, "inputs-sha256": lock.inputs_digest(target)}
-        assert f"for Python {target.python} " in text.splitlines()[0]
+        assert lockfile.header_fields(text) == {
+            "lane": name,
+            "python": target.python,
+            "platform": lane.lock.platform,  # type: ignore[union-attr]
+            "cuda": lane.cuda,
+            "inputs-sha256": lock.inputs_digest(target),
+        }
 
 
 def test_cu128_lock_resolves_the_checked_stack() -> None:
     """DESIGN.md: 182 packages, flashinfer 0.6.7.post3, triton 3.5.1, nccl 2.27.5."""
-    pins = ml_env_check.parse_lock(lock.lock_path(lock.targets(load_lane("cu128"))[0]).read_text())
+    pins = lockfile.pins(lock.lock_path(lock.targets(load_lane("cu128"))[0]).read_text())
     assert len(pins) == 182
     assert pins["flashinfer-python"] == "0.6.7.post3"
     assert pins["triton"] == "3.5.1"
@@ -200,7 +191,7 @@ def test_lock_command_writes_checks_and_detects_a_stale_lock(
     assert main(["lock", "--lane", "cu128"]) == 0
     written = local_lane / "locks" / "cu128-py3.11.txt"
     text = written.read_text()
-    assert ml_env_check.parse_lock(text) == {"app": "1.0", "lib": "2.0"}
+    assert lockfile.pins(text) == {"app": "1.0", "lib": "2.0"}
     assert text.count("--hash=sha256:") == 2
     assert "written" in capsys.readouterr().out
 
@@ -221,7 +212,7 @@ def test_lock_command_writes_checks_and_detects_a_stale_lock(
     assert "STALE" in capsys.readouterr().out
     assert main(["lock", "--lane", "cu128"]) == 0
     relocked = written.read_text()
-    assert ml_env_check.parse_lock(relocked)["lib"] == "1.0"
+    assert lockfile.pins(relocked)["lib"] == "1.0"
     assert "# override: lib==1.0 because lib 2.0 breaks the model" in relocked
     assert lock.is_stale(target) is None
 
@@ -264,16 +255,16 @@ def test_lock_spec_is_parsed_from_the_lane_file() -> None:
     assert "transformers>=5.2" in spec.requirements
 
 
-# --- the ml_env role's on-host check script (stdlib only) ---------------------------------------
+# --- the ml-env's check (mlenv, stdlib only), in a venv without this project ---------------------
 
 
-def test_parse_lock_reads_pins_and_normalizes_names() -> None:
+def test_pins_reads_pins_and_normalizes_names() -> None:
     text = "# header\nSglang_Kernel==0.4.1 \\\n    --hash=sha256:ab\n    # via sglang\nzope.interface==7.0 ; python_version >= '3'\n"
-    assert ml_env_check.parse_lock(text) == {"sglang-kernel": "0.4.1", "zope-interface": "7.0"}
+    assert lockfile.pins(text) == {"sglang-kernel": "0.4.1", "zope-interface": "7.0"}
 
 
 def test_compare_versions_names_every_difference() -> None:
-    problems = ml_env_check.compare_versions(
+    problems = mlenv.compare_versions(
         {"torch": "2.9.1", "sglang": "0.5.10.post1", "six": "1.17.0"},
         {"torch": "2.9.0", "sglang": "0.5.10.post1", "pip": "25.0"},
     )
@@ -285,12 +276,9 @@ def test_compare_versions_names_every_difference() -> None:
 
 
 def _run_check(venv_python: str, lock_file: Path, *extra: str) -> tuple[int, dict[str, object]]:
-    proc = subprocess.run(
-        [venv_python, str(CHECK_SCRIPT), "check", "--lock", str(lock_file), *extra],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    """mlenv's check as the sglang_ml_env module runs it: the venv's python, this package copied in."""
+    proc = interp.run_module(
+        venv_python, "mlenv", ["check", "--lock", str(lock_file), *extra], names=["mlenv", "lockfile", "fatbin"], timeout=120
     )
     return proc.returncode, json.loads(proc.stdout)
 
@@ -313,6 +301,7 @@ def test_check_passes_on_a_venv_that_matches_its_lock_and_fails_otherwise(tmp_pa
     rc, report = _run_check(python, good, "--import", "lib", "--import", "json")
     assert (rc, report["ok"], report["problems"], report["imported"]) == (0, True, [], ["lib", "json"])
     assert report["lock"] == {"cuda": "12.8"}
+    assert report["site_packages"] == purelib
 
     bad = tmp_path / "bad.txt"
     bad.write_text("lib==1.0 \\\n    --hash=sha256:00\n")
@@ -333,7 +322,7 @@ def test_driver_imports_wait_for_a_driver(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     rc, report = _run_check(str(venv / "bin" / "python"), lock_file, "--driver-import", "no_such_kernels")
     assert report["problems"][0] == f"{lock_file} holds no name==version pins"  # type: ignore[index]
-    if ml_env_check.driver_present():
+    if mlenv.driver_present():
         assert any("import no_such_kernels failed" in p for p in report["problems"])  # type: ignore[union-attr]
     else:
         assert report["not_imported"] == {"no_such_kernels": "no NVIDIA driver (libcuda.so.1) on this host"}
@@ -344,7 +333,7 @@ def _venv_dir(store: Path, name: str, mtime: float | None) -> Path:
     path = store / name
     path.mkdir()
     if mtime is not None:
-        marker = path / ml_env_check.MARKER
+        marker = path / mlenv.MARKER
         marker.write_text("{}")
         os.utime(marker, (mtime, mtime))
     return path
@@ -356,20 +345,23 @@ def test_prune_keeps_current_and_the_newest_complete_venvs(tmp_path: Path, keep:
     _venv_dir(tmp_path, "old", 2000.0)
     _venv_dir(tmp_path, "older", 1000.0)
     _venv_dir(tmp_path, "half", None)
+    # A hand-made venv moved into the store is the operator's: never removed, not counted.
+    _venv_dir(tmp_path, f"{mlenv.PREEXISTING}20260101T000000Z", 3000.0)
     (tmp_path / "stray-file").write_text("")
-    plan = ml_env_check.prune_plan(tmp_path, "current", keep)
-    assert {p.name for p in plan} == removed
-    proc = subprocess.run(
-        [sys.executable, str(CHECK_SCRIPT), "prune", "--store", str(tmp_path), "--current", "current", "--keep", str(keep)],
-        capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
-    assert {Path(p).name for p in json.loads(proc.stdout)["removed"]} == removed
-    assert {p.name for p in tmp_path.iterdir()} == {"current", "old", "older", "half", "stray-file"} - removed
+    assert {p.name for p in mlenv.prune_plan(tmp_path, "current", keep)} == removed
+
+
+def test_prune_keeps_the_venv_served_before_the_switch_first(tmp_path: Path) -> None:
+    """The rollback target is what served until now, even when another venv was checked later."""
+    _venv_dir(tmp_path, "new", None)
+    _venv_dir(tmp_path, "served", 1000.0)
+    _venv_dir(tmp_path, "built-later", 2000.0)
+    assert [p.name for p in mlenv.prune_plan(tmp_path, "new", 1, previous="served")] == ["built-later"]
 
 
 def test_prune_of_a_store_not_made_yet_removes_nothing(tmp_path: Path) -> None:
-    """Check mode on a fresh host: the role lists what to prune before the store exists."""
-    assert ml_env_check.prune_plan(tmp_path / "ml-env.d", "abc", 1) == []
+    """Check mode on a fresh host: the module lists what to prune before the store exists."""
+    assert mlenv.prune_plan(tmp_path / "ml-env.d", "abc", 1) == []
 
 
 def test_kernel_exemptions_need_a_reason(local_lane: Path) -> None:
@@ -380,37 +372,3 @@ def test_kernel_exemptions_need_a_reason(local_lane: Path) -> None:
     lane_file.write_text(text + 'kernel_exemptions: [{object: "x/y.so", reason: ""}]\n')
     with pytest.raises(LaneError, match=r"kernel_exemptions\[0\]: reason is empty"):
         load_lane("cu128")
-
-
-FATBIN = REPO / "src" / "sglang_deploy" / "fatbin.py"
-FATBIN_FIXTURES = REPO / "tests" / "fixtures" / "fatbin"
-
-
-@pytest.fixture
-def kernel_site(tmp_path: Path) -> Path:
-    """A site-packages with a kernels package made of objects nvcc compiled for known archs."""
-    package = tmp_path / "kern"
-    (package / "sm100").mkdir(parents=True)
-    (package / "ops.abi3.so").write_bytes((FATBIN_FIXTURES / "sm90a_sm120a.so").read_bytes())
-    (package / "sm100" / "ops.abi3.so").write_bytes((FATBIN_FIXTURES / "sm100_sm120_ptx120.so").read_bytes())
-    (package / "host_only.so").write_bytes((FATBIN_FIXTURES / "no_cuda.so").read_bytes())
-    return tmp_path
-
-
-def test_kernel_proof_passes_when_every_object_with_cubins_has_the_arch(kernel_site: Path) -> None:
-    checked, problems = ml_env_check.kernel_proof(kernel_site, ["kern"], [], ["sm_120"], str(FATBIN))
-    assert problems == []
-    assert checked == ["kern/host_only.so", "kern/ops.abi3.so", "kern/sm100/ops.abi3.so"]
-
-
-def test_kernel_proof_names_the_object_without_the_arch_unless_exempt(kernel_site: Path) -> None:
-    checked, problems = ml_env_check.kernel_proof(kernel_site, ["kern"], [], ["sm_90"], str(FATBIN))
-    assert len(problems) == 1
-    assert problems[0].startswith("kernel proof for sm_90 failed: ") and "sm100/ops.abi3.so" in problems[0]
-    checked, problems = ml_env_check.kernel_proof(kernel_site, ["kern"], ["kern/sm100/*"], ["sm_90"], str(FATBIN))
-    assert (checked, problems) == (["kern/host_only.so", "kern/ops.abi3.so"], [])
-
-
-def test_kernel_proof_fails_when_the_package_has_no_objects(kernel_site: Path) -> None:
-    _, problems = ml_env_check.kernel_proof(kernel_site, ["missing_kernels"], [], ["sm_120"], str(FATBIN))
-    assert problems == [f"kernel package missing_kernels has no shared objects in {kernel_site}"]

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
-from sglang_deploy import gpufacts, preflight
+from sglang_deploy import preflight
+from sglang_deploy_host import gpufacts
 from sglang_deploy.launch import LaunchConfig
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
@@ -358,9 +359,3 @@ def test_filter_adjustments(profile: dict[str, Any]) -> None:
         if profile["sglang_server_env"].get("NCCL_P2P_DISABLE") == "1"
         else {"NCCL_P2P_DISABLE": "1"},
     }
-
-
-def test_filter_gpufacts_source_is_the_package_file() -> None:
-    assert preflight_filters.preflight_gpufacts_source("") == str(
-        ROOT / "src" / "sglang_deploy" / "gpufacts.py"
-    )

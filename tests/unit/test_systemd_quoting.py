@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_deploy import systemd
+from sglang_deploy_host import systemd
 
 
 @pytest.mark.parametrize(
@@ -51,3 +51,33 @@ def test_bad_names_are_rejected(name):
     ):
         with pytest.raises(ValueError, match="not an environment variable name"):
             call()
+
+
+# -- reading back: one module writes and reads every systemd form -----------------------------------
+ODD_VALUES = ["plain", "s3cr%t $x", "k'e\"y $HOME `id` \\ %n", "\\$'", "'", "", "a b\tc", ";", "--flag=v"]
+
+
+@pytest.mark.parametrize("value", ODD_VALUES)
+def test_env_file_values_read_what_env_file_line_writes(value):
+    """systemd's rules: in double quotes a backslash escapes " \\ $ ` (shlex keeps it before $ and `)."""
+    assert systemd.env_file_values("# comment\n" + systemd.env_file_line("KEY", value) + "\n") == {"KEY": value}
+
+
+def test_exec_start_argv_reads_back_what_exec_word_writes():
+    argv = ["/venv/bin/python3", "-m", "mod", *ODD_VALUES]
+    lines = [" ".join(systemd.exec_word(w) for w in argv[:3])]
+    lines += ["    " + systemd.exec_word(w) for w in argv[3:]]
+    unit = "[Service]\nExecStart=" + " \\\n".join(lines) + "\nRestart=no\n"
+    assert systemd.exec_start_argv(unit) == argv
+
+
+@pytest.mark.parametrize("value", ODD_VALUES)
+def test_environment_reads_back_unit_lines_and_systemctl_show(value):
+    line = "Environment=" + systemd.environment_assignment("NAME", value)
+    assert systemd.environment("[Service]\n" + line + "\n") == {"NAME": value}
+
+
+def test_environment_of_systemctl_show_output():
+    # `systemctl show -p Environment --value` prints one line, quoting values that need it.
+    line = 'NCCL_IB_DISABLE=1 "PATH=/a b/bin:/usr/bin" OMP_NUM_THREADS=8'
+    assert systemd.environment(line) == {"NCCL_IB_DISABLE": "1", "PATH": "/a b/bin:/usr/bin", "OMP_NUM_THREADS": "8"}

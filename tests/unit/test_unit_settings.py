@@ -11,13 +11,20 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from conftest import ROOT
 
-from sglang_deploy import systemd
+from sglang_deploy_host import systemd
 
 spec = importlib.util.spec_from_file_location("plugin", ROOT / "filter_plugins" / "sglang_deploy.py")
 plugin = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(plugin)
 
-DEFAULTS = yaml.safe_load((ROOT / "roles" / "sglang_server" / "defaults" / "main.yml").read_text())
+COMMON = yaml.safe_load((ROOT / "roles" / "sglang_common" / "defaults" / "main.yml").read_text())
+# The role's defaults with the shared names (sglang_common's) filled in, as Ansible would.
+DEFAULTS = {
+    name: COMMON[value.strip("{} ")] if isinstance(value, str) and value.strip("{} ") in COMMON else value
+    for name, value in yaml.safe_load(
+        (ROOT / "roles" / "sglang_server" / "defaults" / "main.yml").read_text()
+    ).items()
+}
 KEYS = (
     "name", "user", "group", "home", "config_dir", "unit_dir", "libexec_dir", "read_write_paths",
     "hardening", "start_timeout_sec", "stop_timeout_sec", "restart_sec", "start_limit_burst",

@@ -1,4 +1,5 @@
-"""weights.py: the completeness check the hf_model role runs on the host, on real safetensors files."""
+"""sglang_deploy_host.weights: the completeness check, plan and copy behind the hf_model role's modules,
+on real safetensors files (tests/unit/test_weights_module.py runs the modules themselves)."""
 
 from __future__ import annotations
 
@@ -12,20 +13,24 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from sglang_deploy import weights
+from sglang_deploy_host import weights
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from tiny_checkpoint import make_checkpoint, write_shard  # noqa: E402
 
 SHARD1 = "model-00001-of-00003.safetensors"
 SHARD2 = "model-00002-of-00003.safetensors"
-WEIGHTS_PY = ROOT / "src" / "sglang_deploy" / "weights.py"
+MODULE_UTILS = ROOT / "module_utils"
 
 
 @pytest.fixture()
 def ckpt(tmp_path: Path) -> Path:
     make_checkpoint(tmp_path / "ckpt")
     return tmp_path / "ckpt"
+
+
+def _names(files: list[weights.PendingFile]) -> list[str]:
+    return [f.name for f in files]
 
 
 def _truncate(path: Path, drop: int) -> None:
@@ -166,11 +171,11 @@ def test_missing_directory_is_incomplete(tmp_path: Path):
 def test_copy_resumes_a_truncated_file_and_skips_good_ones(ckpt: Path, tmp_path: Path):
     manifest = weights.list_files(ckpt)
     target = tmp_path / "target"
-    assert sorted(weights.copy_resumable(ckpt, target, manifest)) == sorted(manifest)
+    assert _names(weights.copy_resumable(ckpt, target, manifest)) == sorted(manifest)
     assert weights.check(target, manifest).complete
     _truncate(target / SHARD2, 1000)
     before = (target / SHARD1).stat().st_mtime_ns
-    assert weights.copy_resumable(ckpt, target, manifest) == [SHARD2]
+    assert _names(weights.copy_resumable(ckpt, target, manifest)) == [SHARD2]
     assert (target / SHARD2).read_bytes() == (ckpt / SHARD2).read_bytes()
     assert (target / SHARD1).stat().st_mtime_ns == before
     assert weights.copy_resumable(ckpt, target, manifest) == []
@@ -183,7 +188,7 @@ def test_copy_rewrites_a_longer_target_file(ckpt: Path, tmp_path: Path):
     target = tmp_path / "target"
     weights.copy_resumable(ckpt, target, manifest)
     (target / "config.json").write_text((ckpt / "config.json").read_text() + "extra")
-    assert weights.copy_resumable(ckpt, target, manifest) == ["config.json"]
+    assert _names(weights.copy_resumable(ckpt, target, manifest)) == ["config.json"]
     assert (target / "config.json").read_bytes() == (ckpt / "config.json").read_bytes()
 
 
@@ -192,6 +197,47 @@ def test_copy_refuses_a_source_that_changed_under_the_manifest(ckpt: Path, tmp_p
     _truncate(ckpt / SHARD1, 10)
     with pytest.raises(weights.WeightsError, match="the manifest says"):
         weights.copy_resumable(ckpt, tmp_path / "t", manifest)
+
+
+def test_copy_plan_says_what_a_copy_would_write_and_writes_nothing(ckpt: Path, tmp_path: Path):
+    manifest = weights.list_files(ckpt)
+    target = tmp_path / "target"
+    fresh = weights.copy_plan(ckpt, target, manifest)
+    assert not target.exists()
+    assert [(f.name, f.present_bytes, f.offset, f.bytes_to_write) for f in fresh] == [
+        (name, None, 0, size) for name, size in sorted(manifest.items())]
+    weights.copy_resumable(ckpt, target, manifest)
+    _truncate(target / SHARD1, 300)
+    (target / "config.json").write_text((ckpt / "config.json").read_text() + "extra")
+    before = {name: (target / name).read_bytes() for name in manifest}
+    pending = {f.name: f for f in weights.copy_plan(ckpt, target, manifest)}
+    assert sorted(pending) == ["config.json", SHARD1]
+    # The short shard resumes at its end; the longer file is written again in full.
+    assert (pending[SHARD1].offset, pending[SHARD1].bytes_to_write) == (manifest[SHARD1] - 300, 300)
+    assert (pending["config.json"].offset, pending["config.json"].bytes_to_write) == (0, manifest["config.json"])
+    assert {name: (target / name).read_bytes() for name in manifest} == before
+
+
+def test_copy_refuses_a_missing_source_file_before_writing(ckpt: Path, tmp_path: Path):
+    manifest = weights.list_files(ckpt)
+    (ckpt / SHARD2).unlink()
+    with pytest.raises(weights.WeightsError, match=f"source {ckpt / SHARD2}: No such file"):
+        weights.copy_resumable(ckpt, tmp_path / "t", manifest)
+    assert not (tmp_path / "t").exists()
+
+
+def test_progress_counts_every_byte_against_the_expected_total(ckpt: Path, tmp_path: Path):
+    total = sum(weights.list_files(ckpt).values())
+    assert weights.progress(ckpt, total) == {"bytes": total, "expected_bytes": total, "percent": 100.0}
+    assert weights.progress(tmp_path / "absent", total) == {"bytes": 0, "expected_bytes": total, "percent": 0.0}
+
+
+def test_source_manifest_refuses_a_missing_or_empty_source(tmp_path: Path):
+    with pytest.raises(weights.WeightsError, match="is not a directory"):
+        weights.source_manifest(tmp_path / "absent")
+    (tmp_path / "empty" / ".cache").mkdir(parents=True)
+    with pytest.raises(weights.WeightsError, match="holds no files"):
+        weights.source_manifest(tmp_path / "empty")
 
 
 def test_plan_counts_only_what_is_left(ckpt: Path, tmp_path: Path):
@@ -237,6 +283,8 @@ def test_plan_says_when_the_disk_is_too_small(ckpt: Path, tmp_path: Path):
         ('{"files": {"a": -1}}', "bad entry"),
         ('{"files": {"a": true}}', "bad entry"),
         ('{"files": {"/etc/x": 1}}', "bad entry"),
+        ('{"files": {"a/../../x": 1}}', "bad entry"),
+        ('{"files": {}}', "no 'files'"),
     ],
 )
 def test_bad_manifest_is_rejected(tmp_path: Path, text: str, message: str):
@@ -253,9 +301,10 @@ def test_manifest_skips_download_tool_bookkeeping(ckpt: Path):
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    """The file as the host runs it: plain python3, no package on the path."""
-    return subprocess.run([sys.executable, "-I", str(WEIGHTS_PY), *args], capture_output=True, text=True,
-                          timeout=60, check=False)
+    """The command line as an operator runs it: plain python3 -m, the package from module_utils only."""
+    return subprocess.run([sys.executable, "-m", "sglang_deploy_host.weights", *args], capture_output=True,
+                          text=True, timeout=60, check=False, env={**os.environ, "PYTHONPATH": str(MODULE_UTILS)},
+                          cwd="/")
 
 
 def test_cli_check_exit_codes_and_json(ckpt: Path, tmp_path: Path):

@@ -1,17 +1,19 @@
 """``sglang-deploy nccl-check``: the NCCL all-reduce check, run with an interpreter that has torch.
 
-The check itself is ``sglang_deploy/nccl_check.py`` (stdlib + torch, so it also runs from a copy on a
-GPU host); this command only runs that file with ``--python`` (default: the ml-env of the seeds).
+The check itself is ``sglang_deploy_host.nccl_check`` (stdlib + torch); this command runs it as a
+module with ``--python`` (default: the ml-env), with this checkout's stdlib-only host package on
+that interpreter's path.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from sglang_deploy import nccl_check
+import sglang_deploy_host
 
 DEFAULT_PYTHON = "/opt/sglang-deploy/ml-env/bin/python3"
 
@@ -24,8 +26,10 @@ def _run(args: argparse.Namespace) -> int:
     check_args = list(args.check_args)
     if check_args[:1] == ["--"]:
         check_args = check_args[1:]
-    cmd = [str(python), nccl_check.__file__, *check_args]
-    return subprocess.run(cmd, check=False).returncode
+    package_root = str(Path(sglang_deploy_host.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": package_root}
+    cmd = [str(python), "-m", "sglang_deploy_host.nccl_check", *check_args]
+    return subprocess.run(cmd, check=False, env=env).returncode
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_deploy import endpoint
+from sglang_deploy_host import endpoint
 from sglang_deploy.commands import add_inventory_args
 from sglang_deploy.runner import project_dir, run_playbook
 
