@@ -113,6 +113,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "doctor",
     "kernels",
     "verify",
+    "rebuild",
 )
 
 

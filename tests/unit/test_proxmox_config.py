@@ -1,0 +1,328 @@
+"""The Proxmox layer's logic on plain data: module_utils/sglang_deploy_host/pve.py (the VM as PVE keys, the
+diff, privileges, GPU users), pcidev.py (vfio readiness from sysfs) and blockdev.py (what counts as blank).
+The role end to end against fakepve is tests/unit/test_proxmox_vm_role.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from sglang_deploy_host import blockdev, pcidev, pve
+
+PROFILE = ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers" / "proxmox_vm.yml"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample ci@control"
+
+
+def spec(**changes: Any) -> pve.VmSpec:
+    base: dict[str, Any] = {
+        "vmid": 4101,
+        "name": "glm5-01",
+        "image": "local:import/debian-12-genericcloud-amd64.qcow2",
+        "storage": "local-lvm",
+        "root_disk_gib": 128,
+        "weights_disk_slot": "scsi1",
+        "weights_disk_storage": "",
+        "weights_disk_gib": 1024,
+        "weights_disk_serial": "sglang-weights",
+        "weights_disk_backup": False,
+        "sockets": 2,
+        "cores": 32,
+        "memory_mib": 786432,
+        "gpus": pve.parse_gpus([f"rtx-pro-6000-{i}" for i in range(8)]),
+        "ci_ssh_keys": [KEY],
+    }
+    base.update(changes)
+    return pve.VmSpec(**base)
+
+
+def test_the_profile_builds_the_vm_the_issue_asks_for() -> None:
+    profile = yaml.safe_load(PROFILE.read_text())
+    assert len(profile["proxmox_vm_gpus"]) == 8 and profile["proxmox_vm_machine"] == "q35"
+    assert profile["proxmox_vm_bios"] == "ovmf" and profile["proxmox_vm_gpudirect_clique"] is False
+    settings = spec().settings(with_boot=True)
+    assert settings["cpu"] == "host,phys-bits=host" and "hidden" not in settings["cpu"]
+    assert settings["balloon"] == "0" and settings["agent"] == "enabled=1" and settings["boot"] == "order=scsi0"
+    assert [settings[f"hostpci{i}"] for i in range(8)] == [f"mapping=rtx-pro-6000-{i},pcie=1" for i in range(8)]
+    assert "args" not in settings  # nothing root-only: a token can build this VM
+    assert spec().root_only() == []
+    assert spec().weights_value() == "local-lvm:1024,serial=sglang-weights,discard=on,iothread=1,ssd=1,backup=0"
+
+
+@pytest.mark.parametrize(
+    "changes, variable",
+    [
+        ({"cpu": "host,hidden=1"}, "proxmox_vm_cpu"),
+        ({"machine": "pc-i440fx-9.0"}, "proxmox_vm_machine"),
+        ({"bios": "seabios"}, "proxmox_vm_bios"),
+        ({"weights_disk_slot": "scsi0"}, "proxmox_vm_weights_disk_slot"),
+        ({"weights_disk_serial": "a serial with spaces"}, "proxmox_vm_weights_disk_serial"),
+        ({"gpus": []}, "proxmox_vm_gpus is empty"),
+        ({"ci_ssh_keys": []}, "proxmox_vm_ci_ssh_keys is empty"),
+        ({"ci_ssh_keys": ["not a key"]}, "not public keys"),
+        ({"hugepages": "1024", "memory_mib": 786433}, "multiple of 1024"),
+        ({"hugepages": "2", "numa": False}, "needs proxmox_vm_numa"),
+        ({"net": "virtio=BC:24:11:00:00:01,bridge=vmbr0"}, "fixes a MAC"),
+        ({"image": "debian.qcow2"}, "proxmox_vm_image"),
+        ({"ci_vendor_snippet": "/var/lib/vz/snippets/x.yml"}, "proxmox_vm_ci_vendor_snippet"),
+        ({"mmio": "ovmf-option", "mmio64_mb": 4096}, "proxmox_vm_mmio64_mb"),
+        ({"ci_ipconfig": "ip=10.0.0.5"}, "proxmox_vm_ci_ipconfig"),
+    ],
+)
+def test_definitions_that_cannot_serve_are_refused_by_name(changes: dict[str, Any], variable: str) -> None:
+    with pytest.raises(pve.SpecError, match=re.escape(variable)):
+        pve.check_spec(spec(**changes))
+
+
+def test_gpus_accept_names_mappings_and_raw_addresses_only() -> None:
+    assert pve.parse_gpus(["a-gpu", {"mapping": "b-gpu"}, {"host": "0000:41:00.0"}]) == [
+        pve.Gpu(mapping="a-gpu"),
+        pve.Gpu(mapping="b-gpu"),
+        pve.Gpu(host="0000:41:00.0"),
+    ]
+    for bad, why in (
+        (["gpu0", "gpu0"], "twice"),
+        ([{"host": "41-00"}], "not a PCI address"),
+        ([{"mapping": "x", "host": "41:00.0"}], "neither"),
+        ([7], "neither"),
+    ):
+        with pytest.raises(pve.SpecError, match=why):
+            pve.parse_gpus(bad)
+
+
+def test_root_only_settings_are_named_with_their_variable() -> None:
+    reasons = spec(
+        gpudirect_clique=True,
+        mmio="ovmf-option",
+        mmio64_mb=2097152,
+        gpus=pve.parse_gpus(["m0", {"host": "0000:42:00.0"}]),
+    ).root_only()
+    assert len(reasons) == 3
+    assert "raw PCI addresses ['0000:42:00.0']" in reasons[0]
+    assert "proxmox_vm_gpudirect_clique: true" in reasons[1] and "unverified on RTX PRO 6000" in reasons[1]
+    assert "proxmox_vm_mmio: ovmf-option" in reasons[2]
+    args = spec(gpudirect_clique=True, gpudirect_clique_id=3, mmio="ovmf-option", mmio64_mb=2097152).args()
+    assert args.startswith(
+        "-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string=2097152 -set device.hostpci0.x-nv-gpudirect-clique=3"
+    )
+    assert args.count("x-nv-gpudirect-clique=3") == 8
+
+
+def test_equal_settings_in_the_forms_pve_writes_them_are_not_changes() -> None:
+    desired = spec(ci_nameservers=["192.0.2.53"]).settings(with_boot=True)
+    as_pve_has_it = {
+        **desired,
+        "memory": "786432",
+        "sockets": 2,
+        "numa": 1,
+        "agent": "1",
+        "cpu": "cputype=host,phys-bits=host",
+        "hostpci0": "mapping=rtx-pro-6000-0,pcie=true",
+        "tags": "sglang-deploy",
+        "ciupgrade": 0,
+        "onboot": "true",
+        "sshkeys": "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIExample%20ci%40control%0A",
+        "net0": "virtio=BC:24:11:4D:11:C2,bridge=vmbr0",
+        "digest": "0" * 40,
+        "smbios1": "uuid=1",
+    }
+    assert pve.config_diff(desired, as_pve_has_it) == ({}, [])
+
+
+def test_differences_are_the_changed_keys_and_the_extra_gpus() -> None:
+    desired = spec().settings(with_boot=True)
+    actual = {**desired, "memory": "524288", "hostpci8": "mapping=other,pcie=1", "args": "-foo", "vga": "std"}
+    del actual["hostpci7"]
+    changed, deleted = pve.config_diff(desired, actual)
+    assert changed == {"memory": "786432", "hostpci7": "mapping=rtx-pro-6000-7,pcie=1"}
+    assert deleted == ["args", "hostpci8"]  # vga is not the role's to remove
+    assert pve.kvm_params(changed) == {"memory": 786432, "hostpci": {"hostpci7": "mapping=rtx-pro-6000-7,pcie=1"}}
+
+
+def test_pending_changes_count_as_the_vms_configuration() -> None:
+    config = {"memory": "524288", "hostpci3": "mapping=a,pcie=1", "cores": "8"}
+    pending = [
+        {"key": "memory", "value": "524288", "pending": "786432"},
+        {"key": "hostpci3", "delete": 1},
+        {"key": "cores", "value": "8"},
+    ]
+    assert pve.effective(config, pending) == {"memory": "786432", "cores": "8"}
+    assert pve.pending_keys(pending) == ["hostpci3", "memory"]
+
+
+def test_the_weights_disk_is_found_by_serial_and_unused_disks_are_seen() -> None:
+    config = {
+        "scsi0": "local-lvm:vm-4101-disk-2,discard=on,size=128G",
+        "scsi1": "local-lvm:vm-4101-disk-3,backup=0,serial=sglang-weights,size=1T",
+        "ide2": "local-lvm:vm-4101-cloudinit,media=cdrom",
+        "unused0": "local-lvm:vm-4101-disk-9",
+    }
+    (weights,) = pve.find_serial(config, "sglang-weights")
+    assert (weights.key, weights.volume, weights.size) == ("scsi1", "local-lvm:vm-4101-disk-3", 1024**4)
+    assert pve.unused_volumes(config) == {"unused0": "local-lvm:vm-4101-disk-9"}
+
+
+def test_gpu_users_and_mapping_paths_read_pve_forms() -> None:
+    mappings, hosts = pve.gpu_users(
+        {
+            "hostpci0": "mapping=m0,pcie=1",
+            "hostpci1": "41:00.0,pcie=1",
+            "hostpci2": "host=0000:42:00.0;0000:42:00.1",
+            "scsi0": "x",
+        }
+    )
+    assert mappings == {"m0"} and hosts == {"0000:41:00.0", "0000:42:00.0", "0000:42:00.1"}
+    mapping = {
+        "map": ["id=10de:2bb1,node=pve2,path=0000:01:00.0", "id=10de:2bb1,iommugroup=40,node=pve1,path=0000:41:00.0"]
+    }
+    assert pve.mapping_paths(mapping, "pve1") == (["0000:41:00.0"], "10de:2bb1")
+    assert pve.mapping_paths(mapping, "pve3") == ([], "")
+
+
+def test_privileges_follow_what_the_run_does() -> None:
+    vm_spec = spec()
+    create = pve.needs(vm_spec, "pve1", action="create", pve_major=9, download=True, restart=False)
+    texts = [n.text() for n in create]
+    assert any("VM.Allocate" in t and "/vms/4101" in t for t in texts)
+    assert "Mapping.Use on /mapping/pci/rtx-pro-6000-0 (pass the GPU through)" in texts
+    assert "SDN.Use on /sdn/zones/localnetwork/vmbr0 (attach the NIC to the bridge)" in texts
+    assert any(t.startswith("VM.GuestAgent.Audit or VM.GuestAgent.Unrestricted on /vms/4101") for t in texts)
+    settled = pve.needs(vm_spec, "pve1", action="none", pve_major=8, download=False, restart=False)
+    assert not any("VM.Allocate" in n.text() or "Mapping.Use on" in n.text() for n in settled)
+    assert any(n.text().startswith("VM.Monitor on /vms/4101") for n in settled)  # PVE 8's agent privilege
+    held: dict[str, set[str]] = {}
+    for need in create:
+        held.setdefault(need.path, set()).update(need.privs)
+    assert pve.missing(create, held) == []
+    held["/nodes/pve1"], held["/"] = set(), {"Sys.Audit"}
+    assert [n.privs for n in pve.missing(create, held)] == [("Sys.AccessNetwork",)]
+    held["/"] |= {"Sys.Modify"}  # download-url's other way in: Sys.Audit + Sys.Modify on /
+    assert pve.missing(create, held) == []
+
+
+def test_the_guest_address_skips_loopback_interfaces_and_link_local() -> None:
+    interfaces = [
+        {"name": "lo", "ip-addresses": [{"ip-address": "127.0.0.1"}]},
+        {
+            "name": "eth0",
+            "ip-addresses": [{"ip-address": "fe80::1"}, {"ip-address": "2001:db8::5"}, {"ip-address": "192.0.2.10"}],
+        },
+    ]
+    assert pve.pick_address(interfaces) == "192.0.2.10"
+    assert pve.pick_address(interfaces[:1]) == ""
+    assert pve.static_address("ip=192.0.2.10/24,gw=192.0.2.1") == "192.0.2.10" and pve.static_address("ip=dhcp") == ""
+
+
+def test_every_parameter_the_plan_can_produce_is_passed_by_the_role() -> None:
+    text = (ROOT / "roles" / "proxmox_vm" / "tasks" / "kvm.yml").read_text()
+    passed = set(re.findall(r"__proxmox_vm_kvm\.(\w+) \| default\(omit\)", text))
+    full = spec(
+        gpudirect_clique=True,
+        hugepages="1024",
+        ci_nameservers=["192.0.2.53"],
+        ci_searchdomains=["example"],
+        ci_vendor_snippet="local:snippets/v.yml",
+        weights_disk_slot="virtio1",
+    )
+    produced = set(pve.create_config(full)) | set(pve.kvm_params(full.settings(with_boot=True)))
+    produced |= set(pve.create_config(spec(weights_disk_slot="sata1")))
+    assert produced <= passed, produced - passed
+
+
+# ------------------------------------------------------------------ pcidev: the node's sysfs
+
+
+def _sysfs(root: Path, devices: dict[str, tuple[str, str, str]], iommu: bool = True) -> Path:
+    """address -> (driver, class, iommu group) in the kernel's layout."""
+    for address, (driver, klass, group) in devices.items():
+        dev = root / "devices" / "pci0000:00" / address
+        dev.mkdir(parents=True)
+        (dev / "vendor").write_text("0x10de\n")
+        (dev / "device").write_text("0x2bb1\n")
+        (dev / "class").write_text(f"{klass}\n")
+        if iommu:
+            members = root / "kernel" / "iommu_groups" / group / "devices"
+            members.mkdir(parents=True, exist_ok=True)
+            (members / address).symlink_to(dev)
+            (dev / "iommu_group").symlink_to(members.parent)
+        if driver:
+            (root / "bus" / "pci" / "drivers" / driver).mkdir(parents=True, exist_ok=True)
+            (dev / "driver").symlink_to(root / "bus" / "pci" / "drivers" / driver)
+        (root / "bus" / "pci" / "devices").mkdir(parents=True, exist_ok=True)
+        (root / "bus" / "pci" / "devices" / address).symlink_to(dev)
+    return root
+
+
+def test_vfio_bound_gpus_in_clean_groups_are_ready(tmp_path: Path) -> None:
+    sysfs = _sysfs(
+        tmp_path,
+        {
+            "0000:41:00.0": ("vfio-pci", "0x030000", "40"),
+            "0000:41:00.1": ("vfio-pci", "0x040300", "40"),
+            "0000:40:01.1": ("pcieport", "0x060400", "40"),
+        },
+    )
+    (state,) = pcidev.check(["0000:41:00.0"], str(sysfs))
+    assert state.problems == [] and (state.driver, state.iommu_group, state.vendor_device) == (
+        "vfio-pci",
+        "40",
+        "10de:2bb1",
+    )
+
+
+def test_host_drivers_missing_devices_and_iommu_off_are_named(tmp_path: Path) -> None:
+    sysfs = _sysfs(
+        tmp_path / "a",
+        {
+            "0000:41:00.0": ("nvidia", "0x030000", "40"),
+            "0000:41:00.1": ("snd_hda_intel", "0x040300", "40"),
+            "0000:42:00.0": ("", "0x030000", "41"),
+        },
+    )
+    bound, unbound, missing = pcidev.check(["0000:41:00.0", "0000:42:00.0", "0000:43:00.0"], str(sysfs))
+    assert "is bound to nvidia, not vfio-pci" in bound.problems[0] and "ids=10de:2bb1" in bound.problems[0]
+    assert "also holds 0000:41:00.1 (snd_hda_intel)" in bound.problems[1]
+    assert "bound to no driver" in unbound.problems[0]
+    assert missing.problems == ["0000:43:00.0 is not on this node's PCI bus (lspci -D)"]
+    no_iommu = _sysfs(tmp_path / "b", {"0000:41:00.0": ("vfio-pci", "0x030000", "40")}, iommu=False)
+    assert "IOMMU is off" in pcidev.check(["0000:41:00.0"], str(no_iommu))[0].problems[0]
+    assert pcidev.main(["0000:41:00.0", "--sysfs", str(no_iommu)]) == 1
+
+
+# ------------------------------------------------------------------ blockdev: what counts as blank
+
+
+def test_large_disks_are_sampled_small_ones_read_whole(tmp_path: Path) -> None:
+    image = tmp_path / "sparse.img"
+    with image.open("wb") as handle:
+        handle.truncate(8 * 1024**3)  # sparse: reads as zeros, costs nothing
+    with image.open("rb") as handle:
+        assert blockdev.reads_zero(handle)
+    step = (8 * 1024**3 - blockdev.WINDOW_BYTES) // (blockdev.SAMPLES + 1)
+    with image.open("r+b") as handle:
+        handle.seek(500 * step + 4096)  # inside the 500th window
+        handle.write(b"data")
+    with image.open("rb") as handle:
+        assert not blockdev.reads_zero(handle)
+    small = tmp_path / "small.img"
+    small.write_bytes(b"\0" * (3 * 1024 * 1024 + 17) + b"x")
+    with small.open("rb") as handle:
+        assert not blockdev.reads_zero(handle)
+
+
+def test_a_serial_that_names_two_disks_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"")
+    (tmp_path / "b").write_bytes(b"")
+    (tmp_path / "scsi-0QEMU_QEMU_HARDDISK_w").symlink_to(tmp_path / "a")
+    (tmp_path / "virtio-w").symlink_to(tmp_path / "b")
+    with pytest.raises(blockdev.DiskError, match="names several disks"):
+        blockdev.find("w", "", str(tmp_path))
+    (tmp_path / "wwn-0x5000c500a1b2c3d4").symlink_to(tmp_path / "a")
+    assert blockdev.find("", "0x5000C500A1B2C3D4", str(tmp_path)) == (
+        str(tmp_path / "wwn-0x5000c500a1b2c3d4"),
+        str(tmp_path / "a"),
+    )

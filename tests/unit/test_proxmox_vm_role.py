@@ -1,0 +1,785 @@
+"""The proxmox_vm role for real: playbooks/proxmox.yml with inventory/proxmox, run by ansible-playbook with the
+real community.proxmox modules and proxmoxer against fakepve, a stand-in of the PVE 9 API on 127.0.0.1.
+
+What fakepve does not model, and how it is covered here (README "What is tested where"):
+- PCI resource mappings and the node's PCI device list: the fake answers every unmodelled GET with a
+  synthesised placeholder. ``gpu_inventory`` makes those two read-only answers the test's data (shaped as PVE
+  sends them) by wrapping the fake's own generic answer; the fake's schema and permission checks still run.
+- Disk writes after create (``PUT unlink``, ``import-from`` on an existing VM, ``resize``, ``PUT cloudinit``):
+  the fake stores config values verbatim and answers unlink/resize/cloudinit without acting. A rebuild is
+  therefore checked by the exact API calls made (and not made) plus the fake's state of what it does model
+  (the weights disk's value and volume, the VM's existence, destroy).
+- ``args`` / raw ``hostpci`` being root@pam-only: the fake lets any user set them; the role refuses before any
+  call, which is what is asserted.
+- vfio-pci binding is not in the API at all: the vfio check reads a sysfs tree built here (real directories
+  and symlinks in the kernel's layout), through the node host of the inventory.
+- The guest: the fake's guest agent answers once the test says the guest is up (``agent_up``); SSH is a
+  listener on 127.0.0.1 that sends an OpenSSH banner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import certifi
+import pytest
+import yaml
+from conftest import ROOT
+
+# A test dependency (pyproject [test]); its pytest plugin provides the fakepve and fakepve_cafile fixtures.
+from fakepve import FakePve, PveError
+
+NODE = "pve1"
+VMID = 4101
+HOST = "glm5-01"
+TOKEN_USER = "sglang-deploy@pve"
+TOKEN = f"{TOKEN_USER}!sglang"
+SECRET = "c0ffee00-5ec2-4e7a-9d1b-7e57ab1e5ec2"
+IMAGE = "local:import/debian-12-genericcloud-amd64.qcow2"
+SNIPPET = "local:snippets/sglang-deploy-vendor.cfg"
+GPUS = [f"rtx-pro-6000-{i}" for i in range(8)]
+BDFS = [f"0000:{0x41 + i:02x}:00.0" for i in range(8)]
+GPU_ID = "10de:2bb1"
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPLEEXAMPL ci@control"
+# What the role needs, as a PVE role would grant it (README: the token's privileges).
+TOKEN_PRIVS = (
+    "VM.Allocate",
+    "VM.Audit",
+    "VM.PowerMgmt",
+    "VM.Config.Disk",
+    "VM.Config.CPU",
+    "VM.Config.Memory",
+    "VM.Config.Network",
+    "VM.Config.HWType",
+    "VM.Config.Options",
+    "VM.Config.Cloudinit",
+    "VM.Config.CDROM",
+    "VM.GuestAgent.Audit",
+    "Datastore.AllocateSpace",
+    "Datastore.Audit",
+    "Datastore.AllocateTemplate",
+    "Mapping.Audit",
+    "Mapping.Use",
+    "Sys.Audit",
+    "Sys.AccessNetwork",
+    "SDN.Use",
+)
+# Where the closing note's evidence goes (the fake's VM config after create and after rebuild).
+EVIDENCE = ROOT / ".cache" / "proxmox-evidence.json"
+PLAYBOOK_TIMEOUT_S = 300
+
+
+# ------------------------------------------------------------------ the stand-ins
+
+
+def gpu_inventory(pve: FakePve, mappings: dict[str, list[str]], devices: list[str]) -> None:
+    """Answer GET /cluster/mapping/pci[/{id}] and /nodes/{node}/hardware/pci from this data (fakepve
+    synthesises placeholders there). Shapes as PVE 8/9 send them; a missing mapping gets PVE's own error."""
+    synthesise = pve.synthesise
+
+    def entry(name: str) -> dict[str, Any]:
+        maps = [
+            f"id={GPU_ID},iommugroup={40 + BDFS.index(p)},node={NODE},path={p},subsystem-id=10de:204b"
+            for p in mappings[name]
+        ]
+        return {"id": name, "type": "pci", "map": maps, "description": "RTX PRO 6000", "digest": "0" * 40}
+
+    async def answer(match: Any, method: str, info: Any, user: Any, values: dict[str, Any]) -> Any:
+        if method == "GET" and match.template == "/cluster/mapping/pci/{id}":
+            if values["id"] not in mappings:
+                raise PveError(500, f"mapping '{values['id']}' not found")  # pve-manager Mapping/PCI.pm
+            return entry(values["id"])
+        if method == "GET" and match.template == "/cluster/mapping/pci":
+            return [entry(name) for name in sorted(mappings)]
+        if method == "GET" and match.template == "/nodes/{node}/hardware/pci":
+            return [
+                {
+                    "id": bdf,
+                    "class": "0x030000",
+                    "vendor": "0x10de",
+                    "device": "0x2bb1",
+                    "iommugroup": 40 + i,
+                    "vendor_name": "NVIDIA Corporation",
+                    "device_name": "RTX PRO 6000 Blackwell",
+                }
+                for i, bdf in enumerate(devices)
+            ] + [{"id": "0000:00:1f.0", "class": "0x060100", "vendor": "0x8086", "device": "0x1234", "iommugroup": 1}]
+        return await synthesise(match, method, info, user, values)
+
+    pve.synthesise = answer
+
+
+def sysfs_tree(root: Path, devices: dict[str, str]) -> Path:
+    """/sys as the kernel lays it out for these PCI devices: address -> driver ("" = none)."""
+    for index, (bdf, driver) in enumerate(devices.items()):
+        dev = root / "devices" / "pci0000:00" / bdf
+        dev.mkdir(parents=True)
+        (dev / "vendor").write_text("0x10de\n")
+        (dev / "device").write_text("0x2bb1\n")
+        (dev / "class").write_text("0x030000\n")
+        group = root / "kernel" / "iommu_groups" / str(40 + index) / "devices"
+        group.mkdir(parents=True)
+        (group / bdf).symlink_to(dev)
+        (dev / "iommu_group").symlink_to(group.parent)
+        if driver:
+            (root / "bus" / "pci" / "drivers" / driver).mkdir(parents=True, exist_ok=True)
+            (dev / "driver").symlink_to(root / "bus" / "pci" / "drivers" / driver)
+        (root / "bus" / "pci" / "devices").mkdir(parents=True, exist_ok=True)
+        (root / "bus" / "pci" / "devices" / bdf).symlink_to(dev)
+    return root
+
+
+@pytest.fixture()
+def pve(fakepve: FakePve) -> FakePve:
+    """A PVE 9 node pve1 with the cloud image, the vendor snippet, 8 mapped GPUs and a token for the role."""
+    fakepve.apitokens[TOKEN] = SECRET
+    fakepve.grant(TOKEN, "/", *TOKEN_PRIVS)
+    fakepve.storages["local"]["content"] = "iso,vztmpl,backup,import,snippets"
+    fakepve.storages["local-lvm"]["total"] = 8 * 1024**4
+    fakepve.store_file("local", "debian-12-genericcloud-amd64.qcow2", 3 * 1024**3, content="import")
+    fakepve.store_file("local", "sglang-deploy-vendor.cfg", 512, content="snippets")
+    gpu_inventory(fakepve, {name: [bdf] for name, bdf in zip(GPUS, BDFS)}, BDFS)
+    return fakepve
+
+
+@pytest.fixture()
+def ssh_standin() -> Iterator[int]:
+    """A TCP port on 127.0.0.1 that greets like sshd (what the role's SSH wait looks for)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0.2)
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    done.set()
+    thread.join(5)
+    server.close()
+
+
+@pytest.fixture()
+def agent_up(pve: FakePve) -> Iterator[None]:
+    """The guest's agent starts answering once the VM runs (as qemu-guest-agent does after boot), with the
+    guest's address 127.0.0.1 on eth0."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            vm = pve.vm(VMID)
+            if vm is not None and vm.status == "running" and vm.agent is None:
+                vm.agent = {
+                    "interfaces": [
+                        {
+                            "name": "lo",
+                            "ip-addresses": [{"ip-address": "127.0.0.1", "ip-address-type": "ipv4", "prefix": 8}],
+                        },
+                        {
+                            "name": "eth0",
+                            "hardware-address": "bc:24:11:00:00:01",
+                            "ip-addresses": [
+                                {"ip-address": "fe80::be24:11ff:fe00:1", "ip-address-type": "ipv6", "prefix": 64},
+                                {"ip-address": "127.0.0.1", "ip-address-type": "ipv4", "prefix": 8},
+                            ],
+                        },
+                    ]
+                }
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    yield
+    done.set()
+    thread.join(5)
+
+
+@pytest.fixture()
+def sysfs(tmp_path: Path) -> Path:
+    return sysfs_tree(tmp_path / "sys", {bdf: "vfio-pci" for bdf in BDFS})
+
+
+@pytest.fixture()
+def inventory(tmp_path: Path, pve: FakePve, fakepve_cafile: str, ssh_standin: int, sysfs: Path) -> Path:
+    """inventory/proxmox's values overridden for the fake: its address and CA, a DHCP guest on 127.0.0.1."""
+    path = tmp_path / "fake.yml"
+    write_inventory(path, pve, fakepve_cafile, ssh_standin, sysfs, {})
+    return path
+
+
+def write_inventory(
+    path: Path,
+    pve: FakePve,
+    cafile: str,
+    ssh_port: int,
+    sysfs: Path,
+    host_vars: dict[str, Any],
+    node_vars: dict[str, Any] | None = None,
+) -> None:
+    node = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "proxmox_api_host": pve.host,
+        "proxmox_api_port": pve.port,
+        "proxmox_api_ca_path": cafile,
+        **(node_vars or {}),
+    }
+    host = {
+        "proxmox_vm_ci_ipconfig": "ip=dhcp",
+        "proxmox_vm_ci_ssh_keys": [SSH_KEY],
+        "proxmox_vm_image_checksum": "sha512:" + "ab" * 64,
+        "proxmox_vm_ssh_port": ssh_port,
+        "proxmox_vm_node_sysfs": str(sysfs),
+        "proxmox_vm_agent_timeout": 30,
+        "proxmox_vm_ssh_timeout": 10,
+        **host_vars,
+    }
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "proxmox_nodes": {"hosts": {NODE: node}},
+                "sglang_servers": {"hosts": {HOST: host}},
+            }
+        )
+    )
+
+
+# ------------------------------------------------------------------ running the playbook
+
+
+class Run:
+    def __init__(self, proc: subprocess.CompletedProcess[str], seconds: float) -> None:
+        self.proc = proc
+        self.seconds = seconds
+        self.output = proc.stdout + proc.stderr
+        try:
+            self.data = json.loads(proc.stdout)
+        except ValueError:
+            self.data = {}
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return (self.data.get("stats") or {}).get(HOST, {})
+
+    def results(self, host: str = HOST) -> list[tuple[str, dict[str, Any]]]:
+        return [
+            (t["task"]["name"], t["hosts"][host])
+            for play in self.data.get("plays", [])
+            for t in play["tasks"]
+            if host in t["hosts"]
+        ]
+
+    def result(self, name: str) -> dict[str, Any]:
+        found = [res for task, res in self.results() if task.split(" : ")[-1].startswith(name)]
+        assert found, f"no task {name!r} ran: {[t for t, _ in self.results()]}"
+        return found[-1]
+
+    def failure(self) -> str:
+        failed = [f"{task}: {res.get('msg')}" for task, res in self.results() if res.get("failed")]
+        return "\n".join(failed) or self.output[-3000:]
+
+
+def playbook(tmp_path: Path, inventory: Path, *extra: str, env: dict[str, str] | None = None) -> Run:
+    environ = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_STDOUT_CALLBACK": "json",
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-local"),
+        "ANSIBLE_CACHE_PLUGIN": "memory",
+        "ANSIBLE_NOCOLOR": "1",
+        "PROXMOX_TOKEN_SECRET": SECRET,
+        **(env or {}),
+    }
+    command = [
+        "ansible-playbook",
+        str(ROOT / "playbooks" / "proxmox.yml"),
+        "-i",
+        str(ROOT / "inventory" / "proxmox"),
+        "-i",
+        str(inventory),
+        *extra,
+    ]
+    start = time.monotonic()
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name(command[0])), *command[1:]],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=ROOT,
+        timeout=PLAYBOOK_TIMEOUT_S,
+        check=False,
+    )
+    return Run(proc, time.monotonic() - start)
+
+
+def writes(pve: FakePve) -> list[str]:
+    """Every request that could change something (logins aside), as METHOD path."""
+    return [
+        f"{method} {path}"
+        for method, path, _ in pve.requests
+        if method not in ("GET", "HEAD") and not path.endswith("/access/ticket")
+    ]
+
+
+def calls(pve: FakePve, since: int = 0) -> list[str]:
+    """Write requests with their bodies, in order (the fake redacts secrets)."""
+    return [
+        f"{method} {path.replace('/api2/json/', '')} {body.decode(errors='replace')}".strip()
+        for method, path, body in pve.requests[since:]
+        if method not in ("GET", "HEAD")
+    ]
+
+
+def vm_config(pve: FakePve) -> dict[str, Any]:
+    vm = pve.vm(VMID)
+    assert vm is not None, "the VM does not exist in the fake"
+    return dict(sorted(vm.config.items()))
+
+
+def record(stage: str, data: Any) -> None:
+    EVIDENCE.parent.mkdir(parents=True, exist_ok=True)
+    evidence = json.loads(EVIDENCE.read_text()) if EVIDENCE.exists() else {}
+    evidence[stage] = data
+    EVIDENCE.write_text(json.dumps(evidence, indent=2, sort_keys=True))
+
+
+# ------------------------------------------------------------------ the scenarios
+
+
+@pytest.mark.usefixtures("agent_up")
+def test_create_rerun_rebuild_and_destroy_guard(tmp_path: Path, pve: FakePve, inventory: Path) -> None:
+    # 1. From nothing: the VM is created with every GPU, q35, OVMF, the CPU, memory and the weights disk.
+    run = playbook(tmp_path, inventory)
+    assert run.proc.returncode == 0, run.failure()
+    config = vm_config(pve)
+    for index, name in enumerate(GPUS):
+        assert config[f"hostpci{index}"] == f"mapping={name},pcie=1"
+    assert (config["machine"], config["bios"], config["cpu"]) == ("q35", "ovmf", "host,phys-bits=host")
+    assert [str(config[k]) for k in ("sockets", "cores", "numa", "memory", "balloon")] == [
+        "2",
+        "32",
+        "1",
+        "786432",
+        "0",
+    ]
+    assert config["agent"] == "enabled=1" and str(config["onboot"]) == "1" and config["serial0"] == "socket"
+    assert config["efidisk0"].startswith("local-lvm:vm-4101-disk-") and "efitype=4m" in config["efidisk0"]
+    weights = config["scsi1"]
+    assert "serial=sglang-weights" in weights and "size=1T" in weights and "backup=0" in weights
+    assert config["scsi0"].startswith("local-lvm:") and f"import-from={IMAGE}" in config["scsi0"]
+    assert config["boot"] == "order=scsi0" and config["ide2"].startswith("local-lvm:vm-4101-disk-")
+    assert config["cicustom"] == f"vendor={SNIPPET}" and config["ipconfig0"] == "ip=dhcp"
+    assert pve.vm(VMID).status == "running"
+    assert run.result("Keep the guest's address")["ansible_facts"]["proxmox_vm_address"] == "127.0.0.1"
+    assert f"PUT /api2/json/nodes/{NODE}/qemu/{VMID}/resize" in writes(pve)
+    assert SECRET not in run.output, "the token secret reached the output"
+    record("after_create", {"config": config, "seconds": round(run.seconds, 1), "changed": run.stats.get("changed")})
+    weights_volume = weights.split(",")[0]
+    root_before = config["scsi0"]
+
+    # 2. The same run again changes nothing and writes nothing.
+    before = len(pve.requests)
+    run = playbook(tmp_path, inventory)
+    assert run.proc.returncode == 0, run.failure()
+    assert run.stats["changed"] == 0, [t for t, r in run.results() if r.get("changed")]
+    assert calls(pve, before) == [f"POST nodes/{NODE}/qemu/{VMID}/agent/ping"], calls(pve, before)
+    record("rerun", {"seconds": round(run.seconds, 1), "changed": run.stats["changed"]})
+
+    # 3. Rebuild: stop, the old root disk deleted, a fresh import, cloud-init regenerated, start. The weights
+    #    disk keeps its value and volume, and no request ever names it.
+    before = len(pve.requests)
+    run = playbook(tmp_path, inventory, "-e", "proxmox_vm_rebuild=true")
+    assert run.proc.returncode == 0, run.failure()
+    made = calls(pve, before)
+    base = f"nodes/{NODE}/qemu/{VMID}"
+    expected = [
+        f"POST {base}/status/shutdown",
+        f"PUT {base}/unlink idlist=scsi0&force=1",
+        f"POST {base}/config",
+        f"PUT {base}/resize disk=scsi0&size=128G",
+        f"PUT {base}/cloudinit",
+        f"POST {base}/status/start",
+        f"POST {base}/agent/ping",
+    ]
+    assert [c.split(" ")[0] + " " + c.split(" ")[1] for c in made] == [
+        " ".join(e.split(" ")[:2]) for e in expected
+    ], made
+    assert made[1] == expected[1] and made[3] == expected[3]
+    assert "scsi0=local-lvm%3A0%2Cimport-from%3Dlocal%3Aimport%2Fdebian-12-genericcloud-amd64.qcow2" in made[2]
+    assert "boot=order%3Dscsi0" in made[2]
+    assert not any("scsi1" in c or weights_volume.split(":")[1] in c for c in made), made
+    assert not any(c.startswith("DELETE") for c in made)
+    after = vm_config(pve)
+    assert after["scsi1"] == weights, "the weights disk changed"
+    assert weights_volume.split(":")[1] in pve.storages["local-lvm"]["volumes"], "the weights volume is gone"
+    assert after["scsi0"] != root_before and after["scsi0"].startswith(f"local-lvm:0,import-from={IMAGE}")
+    assert pve.vm(VMID).status == "running"
+    record(
+        "after_rebuild",
+        {
+            "config": after,
+            "calls": made,
+            "seconds": round(run.seconds, 1),
+            "weights_volume_before": weights_volume,
+            "weights_volume_after": after["scsi1"].split(",")[0],
+        },
+    )
+
+    # 4. Destroy refuses while the weights disk is attached, before any change.
+    before = len(pve.requests)
+    run = playbook(tmp_path, inventory, "-e", "proxmox_vm_state=absent")
+    assert run.proc.returncode != 0
+    message = run.failure()
+    assert f"host {HOST}: VM {VMID} ({HOST}) on node {NODE}: refusing to destroy the VM" in message
+    assert "proxmox_vm_destroy_weights: true" in message and weights_volume in message
+    assert calls(pve, before) == [] and pve.vm(VMID) is not None
+    record("destroy_refused", {"message": message, "seconds": round(run.seconds, 1)})
+
+    # 5. Asked on purpose, it goes, with every volume the VM owned (PVE's qm destroy).
+    run = playbook(tmp_path, inventory, "-e", "proxmox_vm_state=absent", "-e", "proxmox_vm_destroy_weights=true")
+    assert run.proc.returncode == 0, run.failure()
+    assert pve.vm(VMID) is None
+    assert weights_volume.split(":")[1] not in pve.storages["local-lvm"].get("volumes", {})
+
+
+def assert_refused_before_any_change(run: Run, pve: FakePve, *fragments: str) -> str:
+    """The run failed, wrote nothing to the fake, and its message names host, VM, node and each fragment."""
+    assert run.proc.returncode != 0, run.output[-2000:]
+    message = run.failure()
+    assert writes(pve) == [], writes(pve)
+    assert f"host {HOST}" in message and str(VMID) in message and NODE in message, message
+    for fragment in fragments:
+        assert fragment in message, message
+    assert SECRET not in run.output
+    return message
+
+
+def test_a_missing_gpu_mapping_fails_before_any_change(tmp_path: Path, pve: FakePve, inventory: Path) -> None:
+    gpu_inventory(pve, {name: [bdf] for name, bdf in zip(GPUS[:7], BDFS)}, BDFS)  # rtx-pro-6000-7 was never made
+    run = playbook(tmp_path, inventory)
+    assert_refused_before_any_change(
+        run,
+        pve,
+        "GPU mapping 'rtx-pro-6000-7' (proxmox_vm_gpus[7])",
+        "mapping 'rtx-pro-6000-7' not found",
+        "Fix: create it (Datacenter > Resource Mappings > PCI Devices",
+    )
+
+
+def test_a_mapping_to_a_device_the_node_lacks_fails_before_any_change(
+    tmp_path: Path, pve: FakePve, inventory: Path
+) -> None:
+    gpu_inventory(pve, {name: [bdf] for name, bdf in zip(GPUS, BDFS)}, BDFS[:7])  # a GPU fell off the bus
+    run = playbook(tmp_path, inventory)
+    assert_refused_before_any_change(
+        run, pve, f"GPU rtx-pro-6000-7 is PCI device {BDFS[7]}, which node {NODE} does not have"
+    )
+
+
+def test_a_gpu_used_by_another_running_vm_fails_before_any_change(
+    tmp_path: Path, pve: FakePve, inventory: Path
+) -> None:
+    pve.add_vm(4200, "other-gpu-vm", node=NODE, status="running", config={"hostpci0": "mapping=rtx-pro-6000-3,pcie=1"})
+    pve.add_vm(4201, "raw-gpu-vm", node=NODE, status="running", config={"hostpci0": f"{BDFS[5][5:]},pcie=1"})
+    pve.add_vm(4202, "stopped-vm", node=NODE, status="stopped", config={"hostpci0": "mapping=rtx-pro-6000-6,pcie=1"})
+    run = playbook(tmp_path, inventory)
+    message = assert_refused_before_any_change(
+        run,
+        pve,
+        "rtx-pro-6000-3 is used by VM 4200 (other-gpu-vm)",
+        f"rtx-pro-6000-5 ({BDFS[5]}) is used by VM 4201",
+        "Fix: stop those VMs or remove the GPUs from them",
+    )
+    assert "4202" not in message  # a stopped VM holds nothing
+
+
+def test_a_wrong_token_fails_before_any_change(tmp_path: Path, pve: FakePve, inventory: Path) -> None:
+    run = playbook(tmp_path, inventory, env={"PROXMOX_TOKEN_SECRET": "not-the-secret"})
+    assert_refused_before_any_change(
+        run,
+        pve,
+        "401",
+        f"as {TOKEN}",
+        "refused the credentials",
+        "proxmox_api_token_id the token's name only",
+        "PROXMOX_TOKEN_SECRET",
+    )
+    assert "not-the-secret" not in run.output
+
+
+def test_an_unreachable_api_fails_before_any_change(
+    tmp_path: Path, pve: FakePve, fakepve_cafile: str, ssh_standin: int, sysfs: Path
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    path = tmp_path / "unreachable.yml"
+    write_inventory(path, pve, fakepve_cafile, ssh_standin, sysfs, {}, {"proxmox_api_port": port})
+    run = playbook(tmp_path, path)
+    assert_refused_before_any_change(
+        run,
+        pve,
+        f"no answer",
+        f"https://{pve.host}:{port}",
+        "Fix: check proxmox_api_host / proxmox_api_port of pve1",
+    )
+
+
+def test_a_certificate_that_does_not_verify_fails_before_any_change(
+    tmp_path: Path, pve: FakePve, ssh_standin: int, sysfs: Path
+) -> None:
+    path = tmp_path / "no-ca.yml"
+    other_ca = tmp_path / "other-ca.pem"
+    other_ca.write_text(Path(certifi.where()).read_text())  # a real CA bundle, without the fake's certificate
+    write_inventory(path, pve, str(other_ca), ssh_standin, sysfs, {})
+    run = playbook(tmp_path, path)
+    assert_refused_before_any_change(run, pve, "TLS verification failed", "proxmox_api_ca_path")
+
+
+def test_missing_privileges_are_named_before_any_change(tmp_path: Path, pve: FakePve, inventory: Path) -> None:
+    pve.acl = None
+    pve.grant(TOKEN, "/", *[p for p in TOKEN_PRIVS if p not in ("Mapping.Use", "VM.Allocate")])
+    run = playbook(tmp_path, inventory)
+    assert_refused_before_any_change(
+        run,
+        pve,
+        f"the API at https://{pve.host}:{pve.port} as {TOKEN} lacks privileges this run needs",
+        "Mapping.Use on /mapping/pci/rtx-pro-6000-0 (pass the GPU through)",
+        f"VM.Allocate",
+        f"on /vms/{VMID}",
+    )
+
+
+def test_root_only_options_are_refused_under_a_token(
+    tmp_path: Path, pve: FakePve, fakepve_cafile: str, ssh_standin: int, sysfs: Path
+) -> None:
+    path = tmp_path / "clique.yml"
+    write_inventory(
+        path,
+        pve,
+        fakepve_cafile,
+        ssh_standin,
+        sysfs,
+        {
+            "proxmox_vm_gpudirect_clique": True,
+            "proxmox_vm_gpus": GPUS[:7] + [{"host": BDFS[7]}],
+        },
+    )
+    run = playbook(tmp_path, path)
+    message = assert_refused_before_any_change(
+        run,
+        pve,
+        f"the API token {TOKEN} cannot set root-only options",
+        "proxmox_vm_gpudirect_clique: true",
+        "unverified on RTX PRO 6000",
+        f"raw PCI addresses ['{BDFS[7]}']",
+    )
+    assert [r for r in pve.requests if "/api2/" in r[1]] == [], "the refusal came after contacting the node"
+    assert "x-nv-gpudirect-clique" in message
+
+
+def test_a_gpu_not_on_vfio_pci_fails_before_any_change(
+    tmp_path: Path, pve: FakePve, fakepve_cafile: str, ssh_standin: int
+) -> None:
+    sysfs = sysfs_tree(tmp_path / "sys", {bdf: ("nvidia" if bdf == BDFS[2] else "vfio-pci") for bdf in BDFS})
+    path = tmp_path / "nvidia-bound.yml"
+    write_inventory(path, pve, fakepve_cafile, ssh_standin, sysfs, {})
+    run = playbook(tmp_path, path)
+    assert_refused_before_any_change(
+        run,
+        pve,
+        f"GPU rtx-pro-6000-2: {BDFS[2]} is bound to nvidia, not vfio-pci",
+        "options vfio-pci ids=10de:2bb1",
+    )
+
+
+def test_no_room_on_the_storage_fails_before_any_change(tmp_path: Path, pve: FakePve, inventory: Path) -> None:
+    pve.storages["local-lvm"]["total"] = 512 * 1024**3
+    run = playbook(tmp_path, inventory)
+    assert_refused_before_any_change(run, pve, "storage local-lvm has 512.0 GiB free, this create needs 1152.0 GiB")
+
+
+def test_the_agent_wait_has_a_budget_and_says_what_did_not_come_up(
+    tmp_path: Path, pve: FakePve, fakepve_cafile: str, ssh_standin: int, sysfs: Path
+) -> None:
+    path = tmp_path / "no-agent.yml"
+    write_inventory(path, pve, fakepve_cafile, ssh_standin, sysfs, {"proxmox_vm_agent_timeout": 3})
+    run = playbook(tmp_path, path)  # no agent_up: the image has no qemu-guest-agent
+    assert run.proc.returncode != 0
+    message = run.result("Wait for the guest agent")["msg"]
+    assert f"host {HOST}: VM {VMID} on node {NODE}: after 3 s (proxmox_vm_agent_timeout)" in message
+    assert "has no running guest agent (last: 500 QEMU guest agent is not running" in message
+    assert "qemu-guest-agent" in message and f"qm terminal {VMID}" in message
+    assert run.result("Wait for the guest agent")["waited"] < 15
+
+
+@pytest.mark.usefixtures("agent_up")
+def test_check_mode_reports_and_changes_nothing(tmp_path: Path, pve: FakePve, inventory: Path) -> None:
+    run = playbook(tmp_path, inventory, "--check")
+    assert run.proc.returncode == 0, run.failure()
+    assert writes(pve) == [] and pve.vm(VMID) is None
+    assert run.stats["changed"] == 1 and "would create" in run.result("Count what check mode would change")["msg"]
+
+
+@pytest.mark.usefixtures("agent_up")
+def test_a_drifted_vm_gets_only_the_differences(tmp_path: Path, pve: FakePve, inventory: Path) -> None:
+    """A VM made by hand (7 GPUs, less memory, an extra args line) is converged key by key; its disks stay."""
+    run = playbook(tmp_path, inventory)
+    assert run.proc.returncode == 0, run.failure()
+    vm = pve.vm(VMID)
+    weights = vm.config["scsi1"]
+    vm.config["memory"] = "524288"
+    vm.config.pop("hostpci7")
+    vm.config["hostpci8"] = "mapping=someone-elses,pcie=1"
+    vm.status = vm.qmpstatus = "stopped"
+    before = len(pve.requests)
+    run = playbook(tmp_path, inventory)
+    assert run.proc.returncode == 0, run.failure()
+    made = calls(pve, before)
+    base = f"nodes/{NODE}/qemu/{VMID}"
+    method, path, body = made[0].split(" ")
+    assert (method, path) == ("PUT", f"{base}/config") and sorted(body.split("&")) == [
+        "hostpci7=mapping%3Drtx-pro-6000-7%2Cpcie%3D1",
+        "memory=786432",
+    ], made
+    assert made[1] == f"PUT {base}/config delete=hostpci8", made
+    assert made[2:] == [f"POST {base}/status/start", f"POST {base}/agent/ping"], made
+    assert vm.config["memory"] == "786432" and "hostpci8" not in vm.config and vm.config["scsi1"] == weights
+    run = playbook(tmp_path, inventory)
+    assert run.proc.returncode == 0 and run.stats["changed"] == 0, run.failure()
+
+
+@pytest.mark.usefixtures("agent_up")
+def test_a_missing_image_is_downloaded_by_the_node_with_its_checksum(
+    tmp_path: Path, pve: FakePve, inventory: Path
+) -> None:
+    pve.storages["local"]["volumes"].pop("import/debian-12-genericcloud-amd64.qcow2")
+    # fakepve's download-url asks PVE 8's Sys.Audit + Sys.Modify on / (PVE 9 also takes Sys.AccessNetwork).
+    pve.grant(TOKEN, "/", "Sys.Modify")
+    run = playbook(tmp_path, inventory)
+    assert run.proc.returncode == 0, run.failure()
+    download = [c for c in calls(pve) if "/download-url" in c]
+    assert download == [f"POST nodes/{NODE}/storage/local/download-url"], calls(pve)
+    # proxmox_template sends its parameters in the query string, which pve.requests does not keep: the
+    # module's own arguments, and what the fake's download task logged, show them.
+    args = run.result("Download the cloud image")["invocation"]["module_args"]
+    assert (args["content_type"], args["checksum_algorithm"], args["checksum"]) == ("import", "sha512", "ab" * 64)
+    url = "https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2"
+    assert any(f"downloading {url} to debian-12-genericcloud-amd64.qcow2" in t["log"] for t in pve.tasklog)
+    assert "import/debian-12-genericcloud-amd64.qcow2" in pve.storages["local"]["volumes"]
+    assert calls(pve).index(download[0]) < next(
+        i for i, c in enumerate(calls(pve)) if c.startswith(f"POST nodes/{NODE}/qemu ")
+    )
+
+
+def test_a_vmid_that_belongs_to_another_vm_is_refused(tmp_path: Path, pve: FakePve, inventory: Path) -> None:
+    pve.add_vm(
+        VMID, "someone-elses-vm", node=NODE, status="running", config={"scsi0": "local-lvm:vm-4101-disk-0,size=32G"}
+    )
+    run = playbook(tmp_path, inventory)
+    assert_refused_before_any_change(
+        run, pve, f"vmid {VMID} is the VM 'someone-elses-vm', not '{HOST}'", "proxmox_vm_vmid"
+    )
+
+
+def test_a_vm_with_detached_disks_but_no_weights_disk_is_refused(tmp_path: Path, pve: FakePve, inventory: Path) -> None:
+    """An unused disk may be the weights someone detached: the role neither adds a blank one nor goes on."""
+    pve.add_vm(
+        VMID,
+        HOST,
+        node=NODE,
+        status="stopped",
+        config={"scsi0": "local-lvm:vm-4101-disk-0,size=128G", "unused0": "local-lvm:vm-4101-disk-1"},
+    )
+    run = playbook(tmp_path, inventory)
+    assert_refused_before_any_change(
+        run, pve, "detached disks {'unused0': 'local-lvm:vm-4101-disk-1'}", "re-attach it as scsi1"
+    )
+
+
+# ------------------------------------------------------------------ sglang-deploy rebuild
+
+
+def cli(tmp_path: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sglang_deploy.cli", "rebuild", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=PLAYBOOK_TIMEOUT_S,
+        check=False,
+        env={
+            **os.environ,
+            "PROXMOX_TOKEN_SECRET": SECRET,
+            "ANSIBLE_CACHE_PLUGIN": "memory",
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-local"),
+        },
+    )
+
+
+@pytest.mark.usefixtures("agent_up")
+def test_the_rebuild_command_asks_then_rebuilds_only_the_root_disk(
+    tmp_path: Path, pve: FakePve, inventory: Path
+) -> None:
+    run = playbook(tmp_path, inventory)
+    assert run.proc.returncode == 0, run.failure()
+    weights = vm_config(pve)["scsi1"]
+    inventories = ["-i", str(ROOT / "inventory" / "proxmox"), "-i", str(inventory)]
+    artifacts = tmp_path / "artifacts"
+
+    before = len(pve.requests)
+    declined = cli(tmp_path, *inventories, "-l", HOST, "--vm-only", "--artifacts", str(artifacts), stdin="yes\n")
+    assert declined.returncode == 1 and "not confirmed; nothing was changed" in declined.stderr
+    assert f"This rebuilds {HOST}: stop each VM, DELETE its root disk" in declined.stderr
+    assert len(pve.requests) == before and not artifacts.exists()
+
+    unlimited = cli(tmp_path, *inventories, "--yes")
+    assert unlimited.returncode == 2 and "-l HOST is required" in unlimited.stderr
+    nothing = cli(tmp_path, *inventories, "-l", "no-such-host", "--yes")
+    assert nothing.returncode == 2 and "no serving hosts" in nothing.stderr
+    assert len(pve.requests) == before
+
+    done = cli(tmp_path, *inventories, "-l", HOST, "--vm-only", "--artifacts", str(artifacts), stdin="rebuild\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+    made = calls(pve, before)
+    assert f"PUT nodes/{NODE}/qemu/{VMID}/unlink idlist=scsi0&force=1" in made
+    assert not any("scsi1" in c for c in made) and vm_config(pve)["scsi1"] == weights
+    leaked = [p for p in artifacts.rglob("*") if p.is_file() and SECRET in p.read_text(errors="replace")]
+    assert leaked == [], f"the token secret is in {leaked}"
+
+
+@pytest.mark.usefixtures("agent_up")
+def test_the_ssh_wait_has_a_budget_and_says_what_did_not_come_up(
+    tmp_path: Path, pve: FakePve, fakepve_cafile: str, sysfs: Path
+) -> None:
+    with socket.socket() as probe:  # sshd never answers there
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    path = tmp_path / "no-ssh.yml"
+    write_inventory(path, pve, fakepve_cafile, closed, sysfs, {"proxmox_vm_ssh_timeout": 2})
+    run = playbook(tmp_path, path)
+    assert run.proc.returncode != 0
+    message = run.result("Fail when SSH did not come up")["msg"]
+    assert f"host {HOST}: VM {VMID} ({HOST}) on node {NODE} is running and its guest agent answers" in message
+    assert f"SSH on 127.0.0.1:{closed} did not answer within proxmox_vm_ssh_timeout=2 s" in message
+    assert "proxmox_vm_ci_ipconfig" in message and f"qm terminal {VMID}" in message
