@@ -248,6 +248,8 @@ class VmSpec:
     ci_vendor_snippet: str = ""
     ci_storage: str = ""
     onboot: bool = True
+    # Not a PVE setting: the run reads the guest's SSH host keys through its agent (file-read privilege).
+    trust_host_keys_from_agent: bool = False
     tags: list[str] = field(default_factory=lambda: ["sglang-deploy"])
 
     def __post_init__(self) -> None:
@@ -592,9 +594,16 @@ def needs(
     spec: VmSpec, node: str, *, action: str, pve_major: int, download: bool, restart: bool, start: bool = False
 ) -> list[Need]:
     """What the API user (token) must hold for this run: reads always, writes for ``action`` (create,
-    converge, rebuild, absent, none), VM.PowerMgmt to ``start`` or ``restart`` a VM that needs nothing else."""
+    converge, rebuild, absent, none), VM.PowerMgmt to ``start`` or ``restart`` a VM that needs nothing else,
+    and the agent's file-read when the run takes the guest's SSH host keys from it (trust_host_keys_from_agent)."""
     vm = f"/vms/{spec.vmid}"
     agent = ("VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted") if pve_major >= 9 else ("VM.Monitor",)
+    # PVE 9 split the agent's privileges; PVE 8 asks VM.Monitor for every agent call, file-read included.
+    file_read = ("VM.GuestAgent.FileRead", "VM.GuestAgent.Unrestricted") if pve_major >= 9 else ("VM.Monitor",)
+    guest = [Need(vm, agent, "ask the guest agent for the guest's address", any=True)]
+    if spec.trust_host_keys_from_agent:
+        why = "read the guest's SSH host keys through its agent (proxmox_vm_trust_host_keys_from_agent)"
+        guest.append(Need(vm, file_read, why, any=True))
     out = [
         Need(vm, ("VM.Audit",), "read the VM's configuration"),
         Need("/vms", ("VM.Audit",), "see every VM, to find one that already uses a GPU"),
@@ -621,7 +630,7 @@ def needs(
     if action == "none":
         if restart or start:
             out.append(Need(vm, ("VM.PowerMgmt",), "start or restart the VM"))
-        return out + [Need(vm, agent, "ask the guest agent for the guest's address", any=True)]
+        return out + guest
     if action == "absent":
         return out + [Need(vm, ("VM.Allocate", "VM.PowerMgmt"), "stop and destroy the VM")]
     writes = ["VM.PowerMgmt"]
@@ -656,8 +665,7 @@ def needs(
         else:
             out.append(Need("/", ("Sys.Audit", "Sys.Modify"), "let the node download the cloud image"))
     out.append(Need(vm, tuple(dict.fromkeys(writes)), f"{action} the VM"))
-    out.append(Need(vm, agent, "ask the guest agent for the guest's address", any=True))
-    return out
+    return out + guest
 
 
 def missing(required: Sequence[Need], held_by_path: Mapping[str, set[str]]) -> list[Need]:

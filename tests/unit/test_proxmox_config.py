@@ -204,6 +204,34 @@ def test_privileges_follow_what_the_run_does() -> None:
     assert pve.missing(create, held) == []
 
 
+def test_reading_the_guests_host_keys_needs_the_agents_file_read() -> None:
+    """proxmox_vm_trust_host_keys_from_agent: PVE 9's VM.GuestAgent.FileRead (or Unrestricted), PVE 8's
+    VM.Monitor, for every action that boots the guest; nothing more when it is off, and never to destroy."""
+    why = "read the guest's SSH host keys through its agent (proxmox_vm_trust_host_keys_from_agent)"
+    trusting = spec(trust_host_keys_from_agent=True)
+    for action in ("create", "rebuild", "converge", "none"):
+        texts = [
+            n.text() for n in pve.needs(trusting, "pve1", action=action, pve_major=9, download=False, restart=False)
+        ]
+        assert f"VM.GuestAgent.FileRead or VM.GuestAgent.Unrestricted on /vms/4101 ({why})" in texts, action
+        texts = [
+            n.text() for n in pve.needs(trusting, "pve1", action=action, pve_major=8, download=False, restart=False)
+        ]
+        assert f"VM.Monitor on /vms/4101 ({why})" in texts, action
+        off = pve.needs(spec(), "pve1", action=action, pve_major=9, download=False, restart=False)
+        assert not any("FileRead" in n.text() or "host keys" in n.text() for n in off), action
+    absent = pve.needs(trusting, "pve1", action="absent", pve_major=9, download=False, restart=False)
+    assert not any("host keys" in n.text() for n in absent)
+    create = pve.needs(trusting, "pve1", action="create", pve_major=9, download=False, restart=False)
+    held: dict[str, set[str]] = {}
+    for need in create:
+        held.setdefault(need.path, set()).update(need.privs)
+    held["/vms/4101"] -= {"VM.GuestAgent.FileRead", "VM.GuestAgent.Unrestricted"}  # VM.GuestAgent.Audit only
+    assert [n.why for n in pve.missing(create, held)] == [why]
+    assert pve.missing(create, {**held, "/vms/4101": held["/vms/4101"] | {"VM.GuestAgent.FileRead"}}) == []
+    assert pve.missing(create, {**held, "/vms/4101": held["/vms/4101"] | {"VM.GuestAgent.Unrestricted"}}) == []
+
+
 def test_the_guest_address_skips_loopback_interfaces_and_link_local() -> None:
     interfaces = [
         {"name": "lo", "ip-addresses": [{"ip-address": "127.0.0.1"}]},

@@ -15,6 +15,10 @@ What fakepve does not model, and how it is covered here (README "What is tested 
   and symlinks in the kernel's layout), through the node host of the inventory.
 - The guest: the fake's guest agent answers once the test says the guest is up (``agent_up``); SSH is a
   listener on 127.0.0.1 that sends an OpenSSH banner.
+- The guest's SSH host keys: the fake's agent answers file-read from ``vm.agent['files']``; ``agent_up`` puts
+  there what cloud-init makes on the first boot of each root disk (new real keys for a rebuild's fresh one).
+  The known_hosts they go to is a file of the test (proxmox_vm_known_hosts), written by the real
+  ansible.builtin.known_hosts with this machine's ssh-keygen.
 """
 
 from __future__ import annotations
@@ -34,9 +38,13 @@ import certifi
 import pytest
 import yaml
 from conftest import ROOT
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 # A test dependency (pyproject [test]); its pytest plugin provides the fakepve and fakepve_cafile fixtures.
 from fakepve import FakePve, PveError
+
+from sglang_deploy_host import hostkeys
 
 NODE = "pve1"
 VMID = 4101
@@ -64,6 +72,7 @@ TOKEN_PRIVS = (
     "VM.Config.Cloudinit",
     "VM.Config.CDROM",
     "VM.GuestAgent.Audit",
+    "VM.GuestAgent.FileRead",
     "Datastore.AllocateSpace",
     "Datastore.Audit",
     "Datastore.AllocateTemplate",
@@ -73,6 +82,9 @@ TOKEN_PRIVS = (
     "Sys.AccessNetwork",
     "SDN.Use",
 )
+# The guest's SSH host keys as files, the one every run waits for first.
+ED25519_FILE = "/etc/ssh/ssh_host_ed25519_key.pub"
+KEY_FILES = (ED25519_FILE, "/etc/ssh/ssh_host_ecdsa_key.pub", "/etc/ssh/ssh_host_rsa_key.pub")
 # Where the closing note's evidence goes (the fake's VM config after create and after rebuild).
 EVIDENCE = ROOT / ".cache" / "proxmox-evidence.json"
 PLAYBOOK_TIMEOUT_S = 300
@@ -177,37 +189,74 @@ def ssh_standin() -> Iterator[int]:
     server.close()
 
 
+def host_key_files() -> dict[str, str]:
+    """What cloud-init writes on a root disk's first boot: a new host key of each type, as the .pub files hold it."""
+    made = (
+        ed25519.Ed25519PrivateKey.generate(),
+        ec.generate_private_key(ec.SECP256R1()),
+        rsa.generate_private_key(public_exponent=65537, key_size=2048),
+    )
+    openssh = serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    return {
+        path: key.public_key().public_bytes(*openssh).decode() + f" root@{HOST}\n" for path, key in zip(KEY_FILES, made)
+    }
+
+
+class Guest:
+    """The guest behind the fake's agent: its host keys per root disk (cloud-init makes them on the disk's first
+    boot, so a rebuild's fresh root disk has new ones). A test may set ``files`` (what file-read finds instead)
+    or ``keys_after_s`` (the key files appear that long after the start)."""
+
+    def __init__(self) -> None:
+        self.instances: dict[str, dict[str, str]] = {}
+        self.root = ""
+        self.files: dict[str, str] | None = None
+        self.keys_after_s = 0.0
+
+    def keys(self) -> list[str]:
+        """The current root disk's keys as known_hosts holds them (TYPE BASE64)."""
+        return [" ".join(text.split()[:2]) for text in self.instances[self.root].values()]
+
+
 @pytest.fixture()
-def agent_up(pve: FakePve) -> Iterator[None]:
-    """The guest's agent starts answering once the VM runs (as qemu-guest-agent does after boot), with the
-    guest's address 127.0.0.1 on eth0."""
+def agent_up(pve: FakePve) -> Iterator[Guest]:
+    """The guest's agent answers while the VM runs (as qemu-guest-agent does after boot), with the guest's
+    address 127.0.0.1 on eth0 and the SSH host key files of its root disk."""
+    guest = Guest()
     done = threading.Event()
+    interfaces = [
+        {
+            "name": "lo",
+            "ip-addresses": [{"ip-address": "127.0.0.1", "ip-address-type": "ipv4", "prefix": 8}],
+        },
+        {
+            "name": "eth0",
+            "hardware-address": "bc:24:11:00:00:01",
+            "ip-addresses": [
+                {"ip-address": "fe80::be24:11ff:fe00:1", "ip-address-type": "ipv6", "prefix": 64},
+                {"ip-address": "127.0.0.1", "ip-address-type": "ipv4", "prefix": 8},
+            ],
+        },
+    ]
 
     def watch() -> None:
         while not done.is_set():
             vm = pve.vm(VMID)
-            if vm is not None and vm.status == "running" and vm.agent is None:
-                vm.agent = {
-                    "interfaces": [
-                        {
-                            "name": "lo",
-                            "ip-addresses": [{"ip-address": "127.0.0.1", "ip-address-type": "ipv4", "prefix": 8}],
-                        },
-                        {
-                            "name": "eth0",
-                            "hardware-address": "bc:24:11:00:00:01",
-                            "ip-addresses": [
-                                {"ip-address": "fe80::be24:11ff:fe00:1", "ip-address-type": "ipv6", "prefix": 64},
-                                {"ip-address": "127.0.0.1", "ip-address-type": "ipv4", "prefix": 8},
-                            ],
-                        },
-                    ]
-                }
+            if vm is not None and vm.status != "running":
+                vm.agent = None  # down with the VM: a rebuilt guest never answers with the old one's files
+            elif vm is not None:
+                root = str(vm.config.get("scsi0", ""))
+                if root not in guest.instances:
+                    guest.instances[root] = host_key_files()
+                guest.root = root
+                booted = time.time() - (vm.started_at or 0) >= guest.keys_after_s
+                files = guest.files if guest.files is not None else guest.instances[root] if booted else {}
+                vm.agent = {"interfaces": interfaces, "files": dict(files)}
             time.sleep(0.05)
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
-    yield
+    yield guest
     done.set()
     thread.join(5)
 
@@ -250,6 +299,7 @@ def write_inventory(
         "proxmox_vm_node_sysfs": str(sysfs),
         "proxmox_vm_agent_timeout": 30,
         "proxmox_vm_ssh_timeout": 10,
+        "proxmox_vm_known_hosts": str(path.parent / "known_hosts"),
         **host_vars,
     }
     path.write_text(
@@ -362,11 +412,29 @@ def record(stage: str, data: Any) -> None:
     EVIDENCE.write_text(json.dumps(evidence, indent=2, sort_keys=True))
 
 
+def known_for(path: Path, name: str) -> list[str]:
+    """The keys (TYPE BASE64) of the known_hosts lines for exactly this name, sorted."""
+    return sorted(" ".join(line.split()[1:3]) for line in path.read_text().splitlines() if line.split()[:1] == [name])
+
+
+def fingerprint(key: str) -> str:
+    return hostkeys.parse_public_key(key).fingerprint
+
+
 # ------------------------------------------------------------------ the scenarios
 
 
-@pytest.mark.usefixtures("agent_up")
-def test_create_rerun_rebuild_and_destroy_guard(tmp_path: Path, pve: FakePve, inventory: Path) -> None:
+def test_create_rerun_rebuild_and_destroy_guard(
+    tmp_path: Path, pve: FakePve, inventory: Path, agent_up: Guest, ssh_standin: int
+) -> None:
+    # known_hosts before: other hosts' lines, and a key of an earlier VM at the address this one will have.
+    known = tmp_path / "known_hosts"
+    names = [f"[127.0.0.1]:{ssh_standin}", f"[192.0.2.10]:{ssh_standin}"]  # the guest's address, the inventory's
+    others = host_key_files()
+    stale = " ".join(others[ED25519_FILE].split()[:2])
+    kept = ["# the operator's own lines", f"192.0.2.2 {stale}", f"[127.0.0.1]:2222 {stale}", f"127.0.0.1 {stale}"]
+    known.write_text("\n".join([kept[0], kept[1], f"{names[0]} {stale}", *kept[2:]]) + "\n")
+
     # 1. From nothing: the VM is created with every GPU, q35, OVMF, the CPU, memory and the weights disk.
     run = playbook(tmp_path, inventory)
     assert run.proc.returncode == 0, run.failure()
@@ -392,9 +460,17 @@ def test_create_rerun_rebuild_and_destroy_guard(tmp_path: Path, pve: FakePve, in
     assert run.result("Keep the guest's address")["ansible_facts"]["proxmox_vm_address"] == "127.0.0.1"
     assert f"PUT /api2/json/nodes/{NODE}/qemu/{VMID}/resize" in writes(pve)
     assert SECRET not in run.output, "the token secret reached the output"
+    # The new guest's host keys (read through its agent) replaced the earlier VM's for both names; the other
+    # lines are as they were, in their order; the fingerprints are in the run's output.
+    created = agent_up.keys()
+    assert [known_for(known, name) for name in names] == [sorted(created)] * 2, known.read_text()
+    assert [line for line in known.read_text().splitlines() if line.split()[0] not in names] == kept
+    shown = run.result("Show the guest's SSH host key fingerprints")["msg"]
+    assert all(fingerprint(key) in shown for key in created) and "(ED25519)" in shown, shown
     record("after_create", {"config": config, "seconds": round(run.seconds, 1), "changed": run.stats.get("changed")})
     weights_volume = weights.split(",")[0]
     root_before = config["scsi0"]
+    known_after_create = known.read_text()
 
     # 2. The same run again changes nothing and writes nothing.
     before = len(pve.requests)
@@ -402,7 +478,41 @@ def test_create_rerun_rebuild_and_destroy_guard(tmp_path: Path, pve: FakePve, in
     assert run.proc.returncode == 0, run.failure()
     assert run.stats["changed"] == 0, [t for t, r in run.results() if r.get("changed")]
     assert calls(pve, before) == [f"POST nodes/{NODE}/qemu/{VMID}/agent/ping"], calls(pve, before)
+    assert known.read_text() == known_after_create
     record("rerun", {"seconds": round(run.seconds, 1), "changed": run.stats["changed"]})
+
+    # 2b. A name's lines gone (ssh-keygen -R by hand): check mode says it would add them and writes nothing;
+    #     the run adds them (keys missing are no conflict) and leaves the other name's lines alone.
+    pruned = "".join(line + "\n" for line in known_after_create.splitlines() if line.split()[0] != names[1])
+    known.write_text(pruned)
+    run = playbook(tmp_path, inventory, "--check", "--diff")
+    assert run.proc.returncode == 0, run.failure()
+    assert known.read_text() == pruned
+    assert run.result("Add the guest's host keys")["changed"]
+    assert run.stats["changed"] == 1, [t for t, r in run.results() if r.get("changed")]
+    run = playbook(tmp_path, inventory)
+    assert run.proc.returncode == 0, run.failure()
+    assert [known_for(known, name) for name in names] == [sorted(created)] * 2, known.read_text()
+    assert known.read_text().startswith(pruned)
+
+    # 2c. A changed key for the VM this run neither created nor rebuilt is what a man-in-the-middle looks like:
+    #     the run stops, naming the host, the name, the variable and the fix; known_hosts is left as it was
+    #     (in check mode too).
+    tampered = known.read_text().replace(f"{names[1]} {created[0]}", f"{names[1]} {stale}")
+    assert tampered != known.read_text()
+    known.write_text(tampered)
+    for args in ((), ("--check",)):
+        before = len(pve.requests)
+        run = playbook(tmp_path, inventory, *args)
+        assert run.proc.returncode != 0, args
+        message = run.result("Compare known_hosts with the host keys")["msg"]
+        assert f"host {HOST}: the SSH host key known for {names[1]} in {known} (proxmox_vm_known_hosts" in message
+        assert f"ssh-ed25519 {fingerprint(stale)}" in message and fingerprint(created[0]) in message, message
+        assert "did not create or rebuild the VM" in message and "man-in-the-middle" in message, message
+        assert f"ssh-keygen -R {names[1]} -f {known}" in message and f"qm terminal {VMID}" in message, message
+        assert known.read_text() == tampered
+        assert calls(pve, before) == [f"POST nodes/{NODE}/qemu/{VMID}/agent/ping"], calls(pve, before)
+        assert not any(task.endswith("Wait for SSH on the guest (proxmox_vm_ssh_timeout)") for task, _ in run.results())
 
     # 3. Rebuild: stop, the old root disk deleted, a fresh import, cloud-init regenerated, start. The weights
     #    disk keeps its value and volume, and no request ever names it.
@@ -433,6 +543,12 @@ def test_create_rerun_rebuild_and_destroy_guard(tmp_path: Path, pve: FakePve, in
     assert weights_volume.split(":")[1] in pve.storages["local-lvm"]["volumes"], "the weights volume is gone"
     assert after["scsi0"] != root_before and after["scsi0"].startswith(f"local-lvm:0,import-from={IMAGE}")
     assert pve.vm(VMID).status == "running"
+    # The fresh root disk's new host keys, and only those, for both names; no key of the created guest is left.
+    rebuilt = agent_up.keys()
+    assert not set(rebuilt) & set(created)
+    assert [known_for(known, name) for name in names] == [sorted(rebuilt)] * 2, known.read_text()
+    assert not any(key in known.read_text() for key in created)
+    assert [line for line in known.read_text().splitlines() if line.split()[0] not in names] == kept
     record(
         "after_rebuild",
         {
@@ -557,7 +673,9 @@ def test_a_certificate_that_does_not_verify_fails_before_any_change(
 
 def test_missing_privileges_are_named_before_any_change(tmp_path: Path, pve: FakePve, inventory: Path) -> None:
     pve.acl = None
-    pve.grant(TOKEN, "/", *[p for p in TOKEN_PRIVS if p not in ("Mapping.Use", "VM.Allocate")])
+    pve.grant(
+        TOKEN, "/", *[p for p in TOKEN_PRIVS if p not in ("Mapping.Use", "VM.Allocate", "VM.GuestAgent.FileRead")]
+    )
     run = playbook(tmp_path, inventory)
     assert_refused_before_any_change(
         run,
@@ -566,6 +684,7 @@ def test_missing_privileges_are_named_before_any_change(tmp_path: Path, pve: Fak
         "Mapping.Use on /mapping/pci/rtx-pro-6000-0 (pass the GPU through)",
         f"VM.Allocate",
         f"on /vms/{VMID}",
+        f"VM.GuestAgent.FileRead or VM.GuestAgent.Unrestricted on /vms/{VMID} (read the guest's SSH host keys",
     )
 
 
@@ -632,12 +751,75 @@ def test_the_agent_wait_has_a_budget_and_says_what_did_not_come_up(
     assert run.result("Wait for the guest agent")["waited"] < 15
 
 
+def test_a_garbage_host_key_is_refused_and_the_opt_out_keeps_known_hosts_as_it_is(
+    tmp_path: Path, pve: FakePve, inventory: Path, agent_up: Guest
+) -> None:
+    known = tmp_path / "known_hosts"
+    agent_up.files = {ED25519_FILE: "<html><body>It works!</body></html>\n"}
+    run = playbook(tmp_path, inventory)
+    assert run.proc.returncode != 0
+    message = run.result("Wait for the guest agent")["msg"]
+    assert f"host {HOST}: VM {VMID} on node {NODE}: refusing the guest's SSH host key {ED25519_FILE}" in message
+    assert "is not one of ssh-ed25519" in message and "Nothing was written to known_hosts" in message
+    assert f"qm terminal {VMID}" in message and f"ssh-keygen -lf {ED25519_FILE}" in message
+    assert not known.exists()
+
+    # proxmox_vm_trust_host_keys_from_agent: false is today's behaviour: the keys are not read, known_hosts is
+    # the operator's, and the run says so.
+    before = len(pve.requests)
+    run = playbook(tmp_path, inventory, "-e", "proxmox_vm_trust_host_keys_from_agent=false")
+    assert run.proc.returncode == 0, run.failure()
+    said = run.result("Say that known_hosts is the operator's")["msg"]
+    assert "proxmox_vm_trust_host_keys_from_agent is false" in said and str(known) in said
+    assert not any("file-read" in path for _, path, _ in pve.requests[before:]) and not known.exists()
+
+
+def test_a_host_key_that_never_appears_fails_within_the_budget_and_one_that_comes_late_is_waited_for(
+    tmp_path: Path, pve: FakePve, fakepve_cafile: str, ssh_standin: int, sysfs: Path, agent_up: Guest
+) -> None:
+    path = tmp_path / "slow-keys.yml"
+    write_inventory(path, pve, fakepve_cafile, ssh_standin, sysfs, {"proxmox_vm_agent_timeout": 3})
+    agent_up.files = {}  # the agent answers, the key files are not there
+    run = playbook(tmp_path, path)
+    assert run.proc.returncode != 0
+    result = run.result("Wait for the guest agent")
+    message = result["msg"]
+    assert f"host {HOST}: VM {VMID} on node {NODE}: after 3 s (proxmox_vm_agent_timeout)" in message
+    assert f"the guest agent answers (address 127.0.0.1) but the guest has no SSH host key {ED25519_FILE}" in message
+    assert f"qm terminal {VMID}" in message and "proxmox_vm_trust_host_keys_from_agent: false" in message
+    assert result["waited"] < 15 and not (tmp_path / "known_hosts").exists()
+    reads = [a for a in pve.vm(VMID).agent_requests if a[0] == "file-read"]
+    assert len(reads) >= 2 and {a[1]["file"] for a in reads} == {ED25519_FILE}  # retried, within the budget
+
+    # Cloud-init still at work: the keys appear a second after the agent was first asked; the wait retries.
+    write_inventory(path, pve, fakepve_cafile, ssh_standin, sysfs, {"proxmox_vm_agent_timeout": 30})
+    vm = pve.vm(VMID)
+    vm.agent_requests.clear()
+
+    def keys_a_second_after_the_first_read() -> None:
+        deadline = time.monotonic() + PLAYBOOK_TIMEOUT_S
+        while time.monotonic() < deadline and not any(a[0] == "file-read" for a in list(vm.agent_requests)):
+            time.sleep(0.05)
+        time.sleep(1.0)
+        agent_up.files = None
+
+    threading.Thread(target=keys_a_second_after_the_first_read, daemon=True).start()
+    run = playbook(tmp_path, path)
+    assert run.proc.returncode == 0, run.failure()
+    assert known_for(tmp_path / "known_hosts", f"[127.0.0.1]:{ssh_standin}") == sorted(agent_up.keys())
+    reads = [a[1]["file"] for a in vm.agent_requests if a[0] == "file-read"]
+    assert reads[:2] == [ED25519_FILE] * 2 and reads[-3:] == list(KEY_FILES), reads
+
+
 @pytest.mark.usefixtures("agent_up")
 def test_check_mode_reports_and_changes_nothing(tmp_path: Path, pve: FakePve, inventory: Path) -> None:
     run = playbook(tmp_path, inventory, "--check")
     assert run.proc.returncode == 0, run.failure()
     assert writes(pve) == [] and pve.vm(VMID) is None
     assert run.stats["changed"] == 1 and "would create" in run.result("Count what check mode would change")["msg"]
+    said = run.result("Say what check mode leaves for the real run")["msg"]
+    assert "after the create the new guest's SSH host keys are read" in said and "nothing was written" in said
+    assert not (tmp_path / "known_hosts").exists()
 
 
 @pytest.mark.usefixtures("agent_up")
@@ -737,9 +919,8 @@ def cli(tmp_path: Path, *args: str, stdin: str = "") -> subprocess.CompletedProc
     )
 
 
-@pytest.mark.usefixtures("agent_up")
 def test_the_rebuild_command_asks_then_rebuilds_only_the_root_disk(
-    tmp_path: Path, pve: FakePve, inventory: Path
+    tmp_path: Path, pve: FakePve, inventory: Path, agent_up: Guest, ssh_standin: int
 ) -> None:
     run = playbook(tmp_path, inventory)
     assert run.proc.returncode == 0, run.failure()
@@ -764,6 +945,9 @@ def test_the_rebuild_command_asks_then_rebuilds_only_the_root_disk(
     made = calls(pve, before)
     assert f"PUT nodes/{NODE}/qemu/{VMID}/unlink idlist=scsi0&force=1" in made
     assert not any("scsi1" in c for c in made) and vm_config(pve)["scsi1"] == weights
+    # One command: the rebuilt guest's new host keys are in known_hosts for the run's next step.
+    assert len(agent_up.instances) == 2
+    assert known_for(tmp_path / "known_hosts", f"[127.0.0.1]:{ssh_standin}") == sorted(agent_up.keys())
     leaked = [p for p in artifacts.rglob("*") if p.is_file() and SECRET in p.read_text(errors="replace")]
     assert leaked == [], f"the token secret is in {leaked}"
 
