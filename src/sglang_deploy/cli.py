@@ -56,6 +56,10 @@ def cmd_render(args: argparse.Namespace) -> int:
             _console.print(f"[red]FAILED[/] {unit}: systemd-analyze verify printed:")
             for problem in check.problems:
                 _console.print(f"    {problem}")
+    # What `up` would still refuse (render.yml writes it): said last and loudly, so it is seen.
+    for note in sorted(out.glob("*/warnings.txt")):
+        for line in note.read_text(encoding="utf-8").splitlines():
+            _console.print(f"[bold yellow]WARNING[/] {escape(note.parent.name)}: {escape(line)}")
     return 1 if failed else 0
 
 
@@ -114,6 +118,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kernels",
     "verify",
     "rebuild",
+    "bench",
 )
 
 

@@ -1,48 +1,92 @@
 #!/usr/bin/env python3
 """STAND-IN for a serving sglang (``python -m sglang.launch_server``): no GPU, no model, stdlib only.
 
-It speaks the part of sglang's HTTP API that the readiness gate and the endpoint suite use, with
-routes, status codes and shapes taken from sglang 0.5.10.post1 ``srt/entrypoints/http_server.py``,
-``srt/utils/auth.py`` and ``srt/entrypoints/openai/protocol.py``:
+It speaks the part of sglang's HTTP API that the readiness gate, the endpoint suite and sglang's own
+``bench_serving`` use, with routes, status codes and shapes taken from sglang 0.5.10.post1
+``srt/entrypoints/http_server.py``, ``srt/utils/auth.py``, ``srt/managers/tokenizer_manager.py`` and
+``srt/entrypoints/openai/protocol.py``:
 
   GET  /health, /health_generate  503 (empty) while "loading", then 200 (empty); never need the key
   GET  /v1/models                 {"object": "list", "data": [{"id": <served name>, "object": "model", ...}]}
+  GET  /server_info               the launch arguments as sglang returns them (``dataclasses.asdict``
+                                  of ServerArgs: the API key included, in clear, as sglang does)
   POST /v1/chat/completions       OpenAI chat.completion; ``reasoning_content`` split off when
-                                  --reasoning-parser is set (sglang's default separate_reasoning)
+                                  --reasoning-parser is set (sglang's default separate_reasoning);
+                                  ``"stream": true``: chat.completion.chunk events (SSE)
+  POST /v1/completions            OpenAI text_completion, streamed or not
+  POST /generate                  sglang's native route; streamed: ``data: {"text": <all text so
+                                  far>, "meta_info": {"completion_tokens": k, ...}}`` events, then
+                                  ``data: [DONE]``
   anything but /health*           401 {"error": "Unauthorized"} without ``Authorization: Bearer <--api-key>``
 
 It accepts sglang's launch argv (--model-path/--model, --served-model-name, --host, --port,
---api-key, --reasoning-parser; every other flag is ignored), so a test venv can install it as the
-module ``sglang.launch_server`` and the real systemd unit starts it. Answers come from a small rule
-table (capital of France, two-number arithmetic, a Python ``add`` function); they are right, so
-the correctness gate passes, except in the modes below. Stand-in behaviour is chosen by options
-or, under systemd, by environment variables (the unit's argv stays the inventory's):
+--api-key, --reasoning-parser, --tp-size, --max-running-requests; every other flag is ignored), so a
+test venv can install it as the module ``sglang.launch_server`` and the real systemd unit starts it.
+Answers come from a small rule table (capital of France, two-number arithmetic, a Python ``add``
+function); they are right, so the correctness gate passes, except in the modes below. A "token" is
+a whitespace-separated word. Stand-in behaviour is chosen by options or, under systemd, by
+environment variables (the unit's argv stays the inventory's):
 
   --standin-mode / SGLANG_STANDIN_MODE    ok (default) | garble (every answer is NaN-like
                                           "!!!!!!", as the seeds saw from a bad backend) |
-                                          never-ready (/health* answer 503 forever)
+                                          never-ready (/health* answer 503 forever) |
+                                          stall (generation requests get no answer, or a stream
+                                          that never sends a token: a hung server)
   --standin-load-delay / SGLANG_STANDIN_LOAD_DELAY   seconds of "loading" (503) after start (default 2)
 
-``--port 0`` picks a free port; the first line on stdout always says where it listens.
+Streamed answers (bench_serving's way to measure) are paced so that what a client measures can be
+computed beforehand. With R = --standin-tokens-per-s, C = --standin-max-tokens-per-s and n
+generation requests in progress, every streamed request gets its first token --standin-ttft-ms
+after it arrived and then one token each 1/min(R, C/n) seconds (a bound that is 0 is no bound;
+both 0: as fast as the stand-in can write). So with n requests kept in flight, the inter-token
+latency is 1/min(R, C/n) and the output throughput n * min(R, C/n): C models a GPU whose decode
+step slows down as the batch grows. Token times are kept on a schedule (a late token does not
+delay the next ones), so the average rate holds on a busy machine. With ``ignore_eos`` a stream
+has exactly the requested number of tokens (the answer, then filler words).
+
+  --standin-tokens-per-s / SGLANG_STANDIN_TOKENS_PER_S          R (default 0: no bound)
+  --standin-max-tokens-per-s / SGLANG_STANDIN_MAX_TOKENS_PER_S  C (default 0: no bound)
+  --standin-ttft-ms / SGLANG_STANDIN_TTFT_MS                    time to the first token (default 0)
+  --standin-fail-every / SGLANG_STANDIN_FAIL_EVERY              N: every N-th generation request
+                                                                (counted from 1 over all generation
+                                                                routes) answers 500 (default 0: none)
+
+Non-streamed answers are not paced. ``--port 0`` picks a free port; the first line on stdout
+always says where it listens.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
+import math
 import os
 import re
 import secrets
+import socket
 import sys
 import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, Optional
 
-MODES = ("ok", "garble", "never-ready")
+MODES = ("ok", "garble", "never-ready", "stall")
 GARBLE = "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
 CONTEXT_LEN = 202752
+SGLANG_VERSION = "0.5.10.post1"
+THINKING = "The user asks a short question; answer it directly."
+# Words appended to a stream that must reach max_new_tokens (ignore_eos, as bench_serving asks).
+FILLER = "and the model keeps on generating tokens until the length limit".split()
+# How long a stalled request is held before its thread gives up (the client's deadline ends it first).
+STALL_S = 600.0
+GENERATION_ROUTES = ("/generate", "/v1/chat/completions", "/v1/completions")
+
+
+def _env_number(name: str, default: str) -> float:
+    return float(os.environ.get(name, default))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -53,14 +97,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--api-key")
     parser.add_argument("--reasoning-parser")
+    parser.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
+    parser.add_argument("--max-running-requests", type=int)
     parser.add_argument("--standin-mode", choices=MODES, default=os.environ.get("SGLANG_STANDIN_MODE", "ok"))
+    parser.add_argument("--standin-load-delay", type=float, default=_env_number("SGLANG_STANDIN_LOAD_DELAY", "2"))
+    parser.add_argument("--standin-tokens-per-s", type=float, default=_env_number("SGLANG_STANDIN_TOKENS_PER_S", "0"))
     parser.add_argument(
-        "--standin-load-delay", type=float, default=float(os.environ.get("SGLANG_STANDIN_LOAD_DELAY", "2"))
+        "--standin-max-tokens-per-s", type=float, default=_env_number("SGLANG_STANDIN_MAX_TOKENS_PER_S", "0")
     )
-    # Every other sglang flag (--tp-size 8, --trust-remote-code, ...) is accepted and ignored.
+    parser.add_argument("--standin-ttft-ms", type=float, default=_env_number("SGLANG_STANDIN_TTFT_MS", "0"))
+    parser.add_argument("--standin-fail-every", type=int, default=int(_env_number("SGLANG_STANDIN_FAIL_EVERY", "0")))
+    # Every other sglang flag (--trust-remote-code, --mem-fraction-static 0.9, ...) is accepted and ignored.
     args, _ignored = parser.parse_known_args(argv)
     if args.standin_mode not in MODES:
         parser.error(f"--standin-mode {args.standin_mode!r}: choose from {MODES}")
+    for name in ("standin_tokens_per_s", "standin_max_tokens_per_s", "standin_ttft_ms", "standin_fail_every"):
+        value = getattr(args, name)
+        if not math.isfinite(value) or value < 0:
+            parser.error(f"--{name.replace('_', '-')} {value!r}: must be a finite number >= 0")
     return args
 
 
@@ -95,11 +149,80 @@ def _tokens(text: str) -> list[str]:
     return text.split()
 
 
+def _stream_words(answer: str, max_tokens: int, ignore_eos: bool) -> list[str]:
+    """The words a stream sends: the answer (cut at max_tokens), then filler up to max_tokens when
+    the client asked to ignore the end of the answer (bench_serving's ignore_eos)."""
+    words = _tokens(answer)
+    if ignore_eos:
+        words += list(itertools.islice(itertools.cycle(FILLER), max(0, max_tokens - len(words))))
+    return words[:max_tokens]
+
+
+def _user_prompt(messages: list[Any]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else json.dumps(content)
+    return ""
+
+
+def _max_tokens(request: dict[str, Any], *keys: str, default: int = 128) -> int:
+    for key in keys:
+        value = request.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return default
+
+
+class Pacer:
+    """When each token of a streamed answer is due (see the module docstring for the model)."""
+
+    def __init__(self, per_request: float, total: float, ttft_s: float) -> None:
+        self.per_request = per_request
+        self.total = total
+        self.ttft_s = ttft_s
+        self._lock = threading.Lock()
+        self._active = 0
+
+    @contextlib.contextmanager
+    def request(self) -> Iterator[None]:
+        """Counts a generation request as in progress (n of the model) while the block runs."""
+        with self._lock:
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active -= 1
+
+    def interval(self) -> float:
+        """Seconds from one token to the next at the current number of requests in progress."""
+        with self._lock:
+            active = max(1, self._active)
+        rates = [rate for rate in (self.per_request, self.total / active if self.total else 0.0) if rate > 0]
+        return 1.0 / min(rates) if rates else 0.0
+
+    def schedule(self, count: int) -> Iterator[int]:
+        """Yields 1..count, each when that token is due: the first after ttft, then one interval
+        apart on a fixed schedule (a late wake-up does not push the later tokens back)."""
+        due = time.monotonic() + self.ttft_s
+        for number in range(1, count + 1):
+            if number > 1:
+                due += self.interval()
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            yield number
+
+
 class StandinState:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.served_name = args.served_model_name or args.model_path
         self.started = time.monotonic()
+        self.pacer = Pacer(args.standin_tokens_per_s, args.standin_max_tokens_per_s, args.standin_ttft_ms / 1000.0)
+        self._requests = itertools.count(1)
+        self._count_lock = threading.Lock()
 
     @property
     def loading(self) -> bool:
@@ -107,33 +230,58 @@ class StandinState:
             return True
         return time.monotonic() - self.started < self.args.standin_load_delay
 
+    def next_generation_number(self) -> int:
+        with self._count_lock:
+            return next(self._requests)
+
+    def answer_for(self, prompt: str) -> str:
+        return GARBLE if self.args.standin_mode == "garble" else rule_answer(prompt)
+
+    def server_info(self) -> dict[str, Any]:
+        """A trimmed ``/server_info``: sglang returns every ServerArgs field, api_key in clear."""
+        args = self.args
+        return {
+            "model_path": args.model_path,
+            "tokenizer_path": args.model_path,
+            "served_model_name": self.served_name,
+            "host": args.host,
+            "port": args.port,
+            "api_key": args.api_key,
+            "admin_api_key": None,
+            "ssl_keyfile_password": None,
+            "tp_size": args.tp_size,
+            "max_running_requests": args.max_running_requests,
+            "reasoning_parser": args.reasoning_parser,
+            "standin": {
+                "mode": args.standin_mode,
+                "tokens_per_s": args.standin_tokens_per_s,
+                "max_tokens_per_s": args.standin_max_tokens_per_s,
+                "ttft_ms": args.standin_ttft_ms,
+                "fail_every": args.standin_fail_every,
+            },
+            "internal_states": [{}],
+            "version": SGLANG_VERSION,
+        }
+
     def complete(self, request: dict[str, Any]) -> dict[str, Any]:
-        messages = request.get("messages") or []
-        prompt = ""
-        for message in reversed(messages):
-            if isinstance(message, dict) and message.get("role") == "user":
-                content = message.get("content")
-                prompt = content if isinstance(content, str) else json.dumps(content)
-                break
-        answer = GARBLE if self.args.standin_mode == "garble" else rule_answer(prompt)
-        thinking = "The user asks a short question; answer it directly."
-        max_tokens = request.get("max_tokens") or request.get("max_completion_tokens") or 128
+        prompt = _user_prompt(request.get("messages") or [])
+        answer = self.answer_for(prompt)
+        max_tokens = _max_tokens(request, "max_tokens", "max_completion_tokens")
         # Thinking spends tokens first, as in a reasoning model; a small max_tokens cuts the answer.
-        budget = max(0, int(max_tokens) - len(_tokens(thinking)))
+        budget = max(0, max_tokens - len(_tokens(THINKING)))
         words = _tokens(answer)
         finish = "stop" if budget >= len(words) else "length"
         kept = answer if finish == "stop" else " ".join(words[:budget])
-        separate = request.get("separate_reasoning", True)
-        if self.args.reasoning_parser and separate:
-            message = {"role": "assistant", "content": kept, "reasoning_content": thinking, "tool_calls": None}
+        if self.separates_reasoning(request):
+            message = {"role": "assistant", "content": kept, "reasoning_content": THINKING, "tool_calls": None}
         else:
             message = {
                 "role": "assistant",
-                "content": f"<think>{thinking}</think>{kept}",
+                "content": f"<think>{THINKING}</think>{kept}",
                 "reasoning_content": None,
                 "tool_calls": None,
             }
-        completion_tokens = len(_tokens(thinking)) + len(_tokens(kept))
+        completion_tokens = len(_tokens(THINKING)) + len(_tokens(kept))
         prompt_tokens = len(_tokens(prompt))
         return {
             "id": uuid.uuid4().hex,
@@ -149,15 +297,33 @@ class StandinState:
                     "matched_stop": 151336 if finish == "stop" else None,
                 }
             ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-                "completion_tokens": completion_tokens,
-                "prompt_tokens_details": None,
-                "reasoning_tokens": len(_tokens(thinking)),
-            },
+            "usage": _usage(prompt_tokens, completion_tokens, reasoning=len(_tokens(THINKING))),
             "metadata": {"weight_version": "default"},
         }
+
+    def separates_reasoning(self, request: dict[str, Any]) -> bool:
+        return bool(self.args.reasoning_parser) and bool(request.get("separate_reasoning", True))
+
+
+def _usage(prompt_tokens: int, completion_tokens: int, reasoning: int = 0) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": None,
+        "reasoning_tokens": reasoning,
+    }
+
+
+def _sse(body: Any) -> bytes:
+    return b"data: " + (body if isinstance(body, bytes) else json.dumps(body).encode("utf-8")) + b"\n\n"
+
+
+class StandinServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # A benchmark connects up to its concurrency at once; the default backlog (5) would drop SYNs
+    # and add a second's retransmit to their time to first token.
+    request_queue_size = 1024
 
 
 def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
@@ -165,6 +331,11 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
         server_version = "uvicorn"
         sys_version = ""
         protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            # Each token leaves at once: Nagle's algorithm would hold small writes back for an ACK.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base class name
             # uvicorn-like access log line on stdout (the unit's journal).
@@ -204,6 +375,8 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
                     "max_model_len": CONTEXT_LEN,
                 }
                 self._send(200, {"object": "list", "data": [card]})
+            elif self.path == "/server_info":
+                self._send(200, state.server_info())
             else:
                 self._send(404, {"detail": "Not Found"})
 
@@ -213,21 +386,158 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
             if not self._authorized():
                 self._send(401, {"error": "Unauthorized"})
                 return
-            if self.path != "/v1/chat/completions":
+            if self.path not in GENERATION_ROUTES:
                 self._send(404, {"detail": "Not Found"})
                 return
             try:
                 request = json.loads(raw or b"null")
             except ValueError:
                 request = None
-            if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
-                self._send(
-                    400,
-                    {"object": "error", "message": "messages: Field required", "type": "BadRequestError",
-                     "param": None, "code": 400},
-                )
+            problem = self._request_problem(request)
+            if problem:
+                self._send(400, {"object": "error", "message": problem, "type": "BadRequestError", "param": None, "code": 400})
                 return
-            self._send(200, state.complete(request))
+            assert isinstance(request, dict)
+            number = state.next_generation_number()
+            every = state.args.standin_fail_every
+            if every and number % every == 0:
+                message = f"stand-in: generation request {number} fails on purpose (--standin-fail-every {every})"
+                self._send(500, {"object": "error", "message": message, "type": "InternalServerError", "param": None, "code": 500})
+                return
+            with state.pacer.request():
+                if state.args.standin_mode == "stall":
+                    self._stall(bool(request.get("stream")))
+                elif self.path == "/generate":
+                    self._generate(request)
+                elif self.path == "/v1/completions":
+                    self._completions(request)
+                elif request.get("stream"):
+                    self._chat_stream(request)
+                else:
+                    self._send(200, state.complete(request))
+
+        def _request_problem(self, request: Any) -> Optional[str]:
+            if not isinstance(request, dict):
+                return "the body must be a JSON object"
+            if self.path == "/v1/chat/completions" and not isinstance(request.get("messages"), list):
+                return "messages: Field required"
+            if self.path == "/v1/completions" and "prompt" not in request:
+                return "prompt: Field required"
+            if self.path == "/generate" and "text" not in request and "input_ids" not in request:
+                return "Either text or input_ids should be provided."
+            return None
+
+        # -- streaming ------------------------------------------------------------------------
+        def _stream(self, events: Iterator[bytes]) -> None:
+            """Server-sent events in HTTP/1.1 chunks (as uvicorn sends sglang's StreamingResponse)."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for event in itertools.chain(events, [_sse(b"[DONE]")]):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True  # the client went away; nothing left to tell it
+
+        def _paced(self, words: list[str], event: Callable[[int, str], bytes]) -> Iterator[bytes]:
+            for number in state.pacer.schedule(len(words)):
+                yield event(number, words[number - 1])
+
+        def _stall(self, stream: bool) -> None:
+            if stream:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+            time.sleep(STALL_S)
+            self.close_connection = True
+
+        def _generate(self, request: dict[str, Any]) -> None:
+            """sglang's /generate: every event carries all text so far and the token count."""
+            params = request.get("sampling_params") or {}
+            max_new = _max_tokens(params, "max_new_tokens")
+            input_ids = request.get("input_ids")
+            prompt = request.get("text") if isinstance(request.get("text"), str) else ""
+            prompt_tokens = len(input_ids) if isinstance(input_ids, list) else len(_tokens(prompt))
+            words = _stream_words(state.answer_for(prompt), max_new, bool(params.get("ignore_eos")))
+            rid = uuid.uuid4().hex
+            started = time.monotonic()
+
+            def body(count: int) -> dict[str, Any]:
+                done = count == len(words)
+                reason = None
+                if done:
+                    reason = {"type": "length", "length": count} if count == max_new else {"type": "stop", "matched": None}
+                return {
+                    "text": " ".join(words[:count]),
+                    "meta_info": {
+                        "id": rid,
+                        "finish_reason": reason,
+                        "prompt_tokens": prompt_tokens,
+                        "weight_version": "default",
+                        "total_retractions": 0,
+                        "reasoning_tokens": 0,
+                        "completion_tokens": count,
+                        "cached_tokens": 0,
+                        "e2e_latency": time.monotonic() - started,
+                    },
+                }
+
+            if request.get("stream"):
+                self._stream(self._paced(words, lambda count, _word: _sse(body(count))))
+            else:
+                self._send(200, body(len(words)))
+
+        def _completions(self, request: dict[str, Any]) -> None:
+            prompt = request.get("prompt") if isinstance(request.get("prompt"), str) else ""
+            max_tokens = _max_tokens(request, "max_tokens")
+            words = _stream_words(state.answer_for(prompt), max_tokens, bool(request.get("ignore_eos")))
+            finish = "length" if len(words) == max_tokens else "stop"
+            base = {"id": uuid.uuid4().hex, "object": "text_completion", "created": int(time.time()),
+                    "model": request.get("model") or state.served_name}  # fmt: skip
+            if not request.get("stream"):
+                choice = {"index": 0, "text": " ".join(words), "logprobs": None, "finish_reason": finish, "matched_stop": None}
+                self._send(200, {**base, "choices": [choice], "usage": _usage(len(_tokens(prompt)), len(words))})
+                return
+
+            def event(number: int, word: str) -> bytes:
+                last = number == len(words)
+                choice = {"index": 0, "text": (" " if number > 1 else "") + word, "logprobs": None,
+                          "finish_reason": finish if last else None, "matched_stop": None}  # fmt: skip
+                usage = _usage(len(_tokens(prompt)), number) if last else None
+                return _sse({**base, "choices": [choice], "usage": usage})
+
+            self._stream(self._paced(words, event))
+
+        def _chat_stream(self, request: dict[str, Any]) -> None:
+            """chat.completion.chunk events: thinking as reasoning_content deltas (with a reasoning
+            parser; else inside <think> in content), then the answer as content deltas."""
+            prompt = _user_prompt(request["messages"])
+            max_tokens = _max_tokens(request, "max_tokens", "max_completion_tokens")
+            ignore_eos = bool(request.get("ignore_eos"))
+            separate = state.separates_reasoning(request)
+            thinking = _tokens(THINKING) if separate else _tokens(f"<think>{THINKING}</think>")
+            words = _stream_words(" ".join(thinking + [state.answer_for(prompt)]), max_tokens, ignore_eos)
+            finish = "length" if len(words) == max_tokens else "stop"
+            base = {"id": uuid.uuid4().hex, "object": "chat.completion.chunk", "created": int(time.time()),
+                    "model": request.get("model") or state.served_name}  # fmt: skip
+            include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
+
+            def event(number: int, word: str) -> bytes:
+                text = (" " if number > 1 else "") + word
+                field = "reasoning_content" if separate and number <= len(thinking) else "content"
+                delta = {"role": "assistant", field: text} if number == 1 else {field: text}
+                last = number == len(words)
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish if last else None,
+                          "matched_stop": None}  # fmt: skip
+                chunk = _sse({**base, "choices": [choice], "usage": None})
+                if last and include_usage:
+                    chunk += _sse({**base, "choices": [], "usage": _usage(len(_tokens(prompt)), number)})
+                return chunk
+
+            self._stream(self._paced(words, event))
 
     return Handler
 
@@ -235,13 +545,14 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     state = StandinState(args)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
-    server.daemon_threads = True
+    server = StandinServer((args.host, args.port), make_handler(state))
     host, port = server.server_address[:2]
     print(
         f"sglang stand-in: serving {state.served_name!r} on http://{host}:{port} "
         f"mode={args.standin_mode} load_delay={args.standin_load_delay}s "
-        f"reasoning_parser={args.reasoning_parser or 'none'} api_key={'set' if args.api_key else 'none'}",
+        f"reasoning_parser={args.reasoning_parser or 'none'} api_key={'set' if args.api_key else 'none'} "
+        f"tokens_per_s={args.standin_tokens_per_s:g} max_tokens_per_s={args.standin_max_tokens_per_s:g} "
+        f"ttft_ms={args.standin_ttft_ms:g} fail_every={args.standin_fail_every}",
         flush=True,
     )
     # Real sglang logs its whole ServerArgs, the API key in clear, in the main process

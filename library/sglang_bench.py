@@ -1,0 +1,165 @@
+#!/usr/bin/python
+"""Ansible module sglang_bench: sglang's own bench_serving against the host's own server."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_bench
+short_description: Plan a concurrency sweep, or run one step of it with sglang's bench_serving on the host
+description:
+  - I(mode=plan) returns the sweep's steps (concurrency, number of prompts) for the server's launch
+    flags; the default sweep is capped and topped by its C(max-running-requests).
+  - I(mode=step) runs C(python -m sglang.bench_serving) from the host's ml-env against the server on
+    the host itself (its C(--host)/C(--port); a wildcard bind means loopback) with random token ids of
+    fixed lengths, and returns bench_serving's JSONL record with the secret fields of the server's
+    C(/server_info) redacted, the number of failed requests and samples of their errors.
+  - The API key is read on the host from the unit's 0600 environment file and handed to bench_serving
+    in its environment (C(OPENAI_API_KEY)), never on a command line or in a task argument.
+  - A step that fails (server errors, a timeout, an unhealthy server) is returned with C(ok=false) and
+    C(problem), not as a module failure, so the sweep's other results are kept; the playbook fails the host.
+  - Changes nothing on the host (bench_serving's output goes to a private temporary directory that is
+    removed). In check mode I(mode=plan) runs and I(mode=step) does not.
+options:
+  mode:
+    description: C(plan) the steps, or run one C(step).
+    type: str
+    choices: [plan, step]
+    required: true
+  flags:
+    description: The server's launch flags (the launch model's C(flags) dict; C({env NAME}) values are references only).
+    type: dict
+    required: true
+  concurrencies:
+    description: Concurrencies to run (I(mode=plan)); empty = 1, 8, 16, 32, 64 up to C(max-running-requests), which is the top.
+    type: list
+    elements: int
+    default: []
+  prompts_per_concurrency:
+    description: Prompts per concurrent request (I(mode=plan)); at least 5.
+    type: int
+    default: 5
+  concurrency:
+    description: The step's concurrency (I(mode=step)).
+    type: int
+  num_prompts:
+    description: The step's number of prompts (I(mode=step)).
+    type: int
+  python:
+    description: Interpreter of the ml-env that has the server's sglang (I(mode=step)).
+    type: path
+  tokenizer:
+    description: Tokenizer directory; default C(tokenizer-path), else the model directory of I(flags).
+    type: path
+  backend:
+    description: bench_serving backend (C(sglang) = /generate; the OpenAI chat backend counts only C(delta.content)).
+    type: str
+    choices: [sglang, sglang-oai-chat, sglang-oai]
+    default: sglang
+  input_len:
+    description: Input tokens per request.
+    type: int
+    default: 1024
+  output_len:
+    description: Output tokens per request.
+    type: int
+    default: 512
+  seed:
+    description: bench_serving's random seed.
+    type: int
+    default: 1
+  warmup_requests:
+    description: Warm-up requests before the measurement; default the step's concurrency.
+    type: int
+  timeout:
+    description: Seconds the step may take in all; bench_serving is killed after that.
+    type: float
+    default: 3600
+  env_file:
+    description: The unit's EnvironmentFile= holding the API key.
+    type: path
+  api_key_env:
+    description: The key's variable in I(env_file).
+    type: str
+    default: SGLANG_API_KEY
+"""
+
+RETURN = r"""
+steps:
+  description: The sweep (I(mode=plan)), each with C(concurrency) and C(num_prompts).
+  type: list
+  returned: mode=plan
+step:
+  description: The step's result (I(mode=step)) - C(concurrency), C(num_prompts), C(ok), C(failed_requests),
+    C(problem), C(error_samples), C(record) (bench_serving's JSONL record, secrets redacted), C(wall_s),
+    C(argv) (bench_serving's arguments), C(output_tail).
+  type: dict
+  returned: mode=step, not in check mode
+ok:
+  description: Whether the step ran and every request completed (I(mode=step)).
+  type: bool
+  returned: mode=step
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_deploy_host import bench, endpoint
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "mode": {"type": "str", "choices": ["plan", "step"], "required": True},
+            "flags": {"type": "dict", "required": True},
+            "concurrencies": {"type": "list", "elements": "int", "default": []},
+            "prompts_per_concurrency": {"type": "int", "default": bench.MIN_PROMPTS_PER_CONCURRENCY},
+            "concurrency": {"type": "int"},
+            "num_prompts": {"type": "int"},
+            "python": {"type": "path"},
+            "tokenizer": {"type": "path"},
+            "backend": {"type": "str", "choices": list(bench.BACKENDS), "default": bench.DEFAULT_BACKEND},
+            "input_len": {"type": "int", "default": bench.DEFAULT_INPUT_LEN},
+            "output_len": {"type": "int", "default": bench.DEFAULT_OUTPUT_LEN},
+            "seed": {"type": "int", "default": bench.DEFAULT_SEED},
+            "warmup_requests": {"type": "int"},
+            "timeout": {"type": "float", "default": bench.DEFAULT_STEP_TIMEOUT_S},
+            "env_file": {"type": "path"},
+            "api_key_env": {"type": "str", "default": endpoint.API_KEY_ENV, "no_log": False},
+        },
+        required_if=[("mode", "step", ("concurrency", "num_prompts", "python"))],
+        supports_check_mode=True,
+    )
+    params = module.params
+    flags = params["flags"]
+    try:
+        if params["mode"] == "plan":
+            steps = bench.plan(
+                params["concurrencies"], bench.max_running_requests(flags), params["prompts_per_concurrency"]
+            )
+            module.exit_json(changed=False, steps=[{"concurrency": s.concurrency, "num_prompts": s.num_prompts} for s in steps])
+        settings = bench.settings_from_flags(
+            flags,
+            tokenizer=params["tokenizer"],
+            backend=params["backend"],
+            input_len=params["input_len"],
+            output_len=params["output_len"],
+            seed=params["seed"],
+            warmup_requests=params["warmup_requests"],
+            timeout_s=params["timeout"],
+        )
+        api_key = endpoint._api_key(params["env_file"], params["api_key_env"])
+    except ValueError as err:  # BenchError, a bad port or model flag, an unreadable env file
+        module.fail_json(msg=f"sglang_bench: {err}")
+    if module.check_mode:
+        module.exit_json(changed=False, ok=None, msg=f"check mode: bench_serving not run against {settings.base_url}")
+    result = bench.run_step(
+        [params["python"], "-m", bench.BENCH_MODULE],
+        settings,
+        bench.Step(params["concurrency"], params["num_prompts"]),
+        api_key,
+    )
+    module.exit_json(
+        changed=False, ok=result.ok, step=result.to_dict(), msg=f"concurrency {result.concurrency}: {result.problem or 'ok'}"
+    )
+
+
+if __name__ == "__main__":
+    main()

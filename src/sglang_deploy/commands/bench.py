@@ -1,0 +1,340 @@
+"""``sglang-deploy bench``: a concurrency sweep with sglang's own bench_serving, a report (JSONL,
+table, plot) and a verdict against a baseline. Exit 0: every step ran clean and nothing regressed;
+1: a step failed (its failed requests counted) or a throughput fell below the threshold; 2: bad input.
+
+  sglang-deploy bench -i INVENTORY [-l HOST]
+      playbooks/bench.yml: on each serving host, bench_serving from the host's ml-env against the
+      host's own server; the API key is read there from the unit's 0600 environment file.
+  sglang-deploy bench --endpoint URL --model NAME --tokenizer PATH
+      any server, with the lane's pinned bench_serving from its validator venv here. The API key
+      comes from $SGLANG_API_KEY or --api-key-file (never from the command line, which every user
+      of the machine can read).
+
+Results: artifacts/bench/<host>/<UTC time>/ (results.jsonl, sweep.json, report.md, bench.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from sglang_deploy_host import bench as host_bench
+from sglang_deploy_host import endpoint
+from sglang_deploy import __version__, bench, runner
+from sglang_deploy.commands import add_inventory_args
+from sglang_deploy.lanes import DEFAULT_LANE, LaneError, load_lane
+from sglang_deploy.validator import ValidatorError
+
+_console = Console(stderr=True, highlight=False, soft_wrap=True)
+PLAYBOOK = "playbooks/bench.yml"
+STEP_TASK = "Run bench_serving at each concurrency"
+
+BACKEND_HELP = (
+    "bench_serving backend (default sglang: the native /generate, which counts every generated token). "
+    "The OpenAI chat backend (sglang-oai-chat) counts only delta.content, so with --reasoning-parser "
+    "(glm45 in the profile) the thinking tokens are invisible to it: its TTFT is the time to the first "
+    "answer token after the thinking, its ITL and token counts are wrong"
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "bench",
+        help="concurrency sweep with sglang's bench_serving: report, plot, verdict against a baseline",
+        description=__doc__.split("\n\n", 1)[0].replace("``", "") if __doc__ else None,
+    )
+    add_inventory_args(parser)
+    where = parser.add_argument_group("--endpoint mode (any server)")
+    where.add_argument("--endpoint", metavar="URL", help="benchmark this server, e.g. http://10.0.0.5:8000")
+    where.add_argument("--model", help="served model name (with --endpoint)")
+    where.add_argument(
+        "--tokenizer",
+        help="the model's tokenizer directory (required with --endpoint; with -i a path on the host, "
+        "default the server's tokenizer-path or model directory)",
+    )
+    where.add_argument("--api-key-file", help=f"file holding the API key (default: ${endpoint.API_KEY_ENV})")
+    # Refused by name (see run): a key typed here is in this process's world-readable argv already.
+    where.add_argument("--api-key", help=argparse.SUPPRESS)
+    where.add_argument("--lane", default=DEFAULT_LANE, help=f"whose pinned bench_serving runs (default {DEFAULT_LANE})")
+    sweep = parser.add_argument_group("the sweep")
+    sweep.add_argument(
+        "--concurrency", type=_concurrencies,
+        help="comma-separated concurrencies (default 1,8,16,32,64, capped and topped by the server's --max-running-requests)",
+    )  # fmt: skip
+    sweep.add_argument(
+        "--prompts-per-concurrency", type=int, default=host_bench.MIN_PROMPTS_PER_CONCURRENCY,
+        help="prompts per concurrent request in each step (default and minimum 5)",
+    )  # fmt: skip
+    sweep.add_argument("--input-len", type=int, default=host_bench.DEFAULT_INPUT_LEN, help="input tokens per request (default 1024)")
+    sweep.add_argument("--output-len", type=int, default=host_bench.DEFAULT_OUTPUT_LEN, help="output tokens per request (default 512)")
+    sweep.add_argument("--backend", choices=host_bench.BACKENDS, default=host_bench.DEFAULT_BACKEND, help=BACKEND_HELP)
+    sweep.add_argument("--seed", type=int, default=host_bench.DEFAULT_SEED, help="bench_serving's random seed (default 1)")
+    sweep.add_argument("--warmup-requests", type=int, help="warm-up requests before each step (default: the step's concurrency)")
+    sweep.add_argument(
+        "--step-timeout", type=float, default=host_bench.DEFAULT_STEP_TIMEOUT_S,
+        help="seconds one step may take before bench_serving is killed (default 3600)",
+    )  # fmt: skip
+    verdict = parser.add_argument_group("the verdict")
+    verdict.add_argument(
+        "--baseline",
+        help="a previous run (its directory, sweep.json or results.jsonl), a JSON file with 'records', or a "
+        f"shipped baseline: {', '.join(bench.shipped_baselines())}",
+    )
+    verdict.add_argument(
+        "--threshold", type=float, default=bench.DEFAULT_THRESHOLD,
+        help="a throughput below (1 - THRESHOLD) x the baseline's is a regression (default 0.10)",
+    )  # fmt: skip
+    parser.add_argument("--out", help="results root (default: the project's artifacts/bench)")
+    parser.set_defaults(func=run)
+
+
+def _concurrencies(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: concurrencies are integers >= 1")
+    return values
+
+
+def _fail(message: str) -> int:
+    _console.print(f"[red]sglang-deploy bench:[/] {escape(message)}")
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.api_key is not None:
+        return _fail(
+            "--api-key is not taken: on a command line the key is readable by every user of this machine "
+            f"(/proc/PID/cmdline). Fix: export {endpoint.API_KEY_ENV} or pass --api-key-file FILE (0600)"
+        )
+    if not (0 < args.threshold < 1):
+        return _fail(f"--threshold {args.threshold} must be between 0 and 1 (0.10 = 10% slower is a regression)")
+    try:
+        # Everything that can be refused before a host or server is contacted (the plan itself needs
+        # the server's --max-running-requests, known only later).
+        host_bench.check_numbers(args.backend, args.input_len, args.output_len, args.warmup_requests, args.step_timeout)
+        host_bench.plan(args.concurrency, None, args.prompts_per_concurrency)
+        baseline = bench.load_baseline(args.baseline) if args.baseline else None
+        notes = [note for note in [bench.check_lengths(baseline, args.input_len, args.output_len)] if note] if baseline else []
+    except (host_bench.BenchError, bench.BenchInputError) as err:
+        return _fail(str(err))
+    out = Path(args.out).resolve() if args.out else runner.project_dir() / "artifacts" / "bench"
+    if args.endpoint:
+        if args.inventory or args.limit:
+            return _fail("--endpoint benchmarks one URL; it does not take -i/-l")
+        return run_endpoint(args, out, baseline, notes)
+    if args.model or args.api_key_file:
+        return _fail("--model/--api-key-file go with --endpoint URL (with -i they come from the inventory and the host)")
+    return run_inventory(args, out, baseline, notes)
+
+
+# --- --endpoint -----------------------------------------------------------------------------------
+def _api_key(path: str | None) -> str:
+    if path is None:
+        return os.environ.get(endpoint.API_KEY_ENV, "")
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise bench.BenchInputError(f"--api-key-file {path}: cannot read it ({err.strerror})") from None
+
+
+def _server_info(url: str, api_key: str) -> dict[str, Any]:
+    """The server's /server_info (sglang: every launch argument), {} when it does not answer one."""
+    try:
+        response = endpoint.Endpoint(url, api_key=api_key).get("/server_info")
+        info = response.json() if response.status == 200 else {}
+    except endpoint.EndpointError:
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench.Baseline | None, notes: list[str]) -> int:
+    if not args.model or not args.tokenizer:
+        return _fail("--endpoint needs --model NAME (the served name) and --tokenizer PATH (the model's tokenizer directory)")
+    try:
+        endpoint.check_url(args.endpoint)
+        api_key = _api_key(args.api_key_file)
+        lane = load_lane(args.lane)
+    except (ValueError, LaneError) as err:
+        return _fail(str(err))
+    tokenizer = Path(args.tokenizer)
+    if not (tokenizer / "tokenizer_config.json").is_file() and not tokenizer.is_file():
+        return _fail(f"--tokenizer {tokenizer}: no tokenizer there (a directory with tokenizer_config.json, as a model has)")
+    settings = host_bench.Settings(
+        base_url=args.endpoint, model=args.model, tokenizer=str(tokenizer.resolve()), backend=args.backend,
+        input_len=args.input_len, output_len=args.output_len, seed=args.seed,
+        warmup_requests=args.warmup_requests, timeout_s=args.step_timeout,
+    )  # fmt: skip
+    try:
+        top = _server_info(args.endpoint, api_key).get("max_running_requests")
+        steps = host_bench.plan(args.concurrency, top if isinstance(top, int) else None, args.prompts_per_concurrency)
+        if baseline is not None:
+            bench.check_overlap(baseline, [step.concurrency for step in steps])
+        command = bench.bench_command(lane)
+    except (host_bench.BenchError, bench.BenchInputError, ValidatorError) as err:
+        return _fail(str(err))
+    started = time.time()
+    label = bench.host_label(args.endpoint)
+    _console.print(
+        f"bench {escape(args.endpoint)} ({escape(args.model)}): concurrency {', '.join(str(s.concurrency) for s in steps)}, "
+        f"{args.input_len} in / {args.output_len} out tokens, bench_serving of sglang {lane.sglang} (lane {lane.name})"
+    )
+    live = _console.is_terminal
+    results = bench.run_sweep(
+        command, settings, steps, api_key,
+        echo=(lambda chunk: (sys.stderr.buffer.write(chunk), sys.stderr.flush())) if live else None,
+        on_step=lambda index, step, result: _progress(label, index, len(steps), step, result),
+    )  # fmt: skip
+    meta = {
+        "tool": "sglang-deploy bench", "tool_version": __version__, "mode": "endpoint", "host": label,
+        "url": args.endpoint, "model": args.model, "tokenizer": settings.tokenizer,
+        "started": bench.utc_stamp(started), "finished": bench.utc_stamp(),
+        "lane": lane.name, "bench_from": f"the lane's validator venv (sglang {lane.sglang}) on the control node",
+        "git_revision": bench.git_revision(runner.project_dir()), "gpu_facts": None, "flags": None,
+        "settings": _settings(args),
+    }  # fmt: skip
+    return _finish([(out / label / bench.utc_stamp(started), bench.Run(meta=meta, steps=results))], baseline, args.threshold, notes)
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What the sweep ran with (playbooks/bench.yml records the same keys for -i)."""
+    return {
+        "backend": args.backend, "input_len": args.input_len, "output_len": args.output_len, "seed": args.seed,
+        "warmup_requests": args.warmup_requests, "prompts_per_concurrency": args.prompts_per_concurrency,
+        "step_timeout": args.step_timeout,
+    }  # fmt: skip
+
+
+def _progress(host: str, index: int, total: int, step: host_bench.Step, result: Mapping[str, Any] | None) -> None:
+    if result is None:
+        _console.print(f"{time.strftime('%H:%M:%S')} {host} [{index + 1}/{total}] concurrency {step.concurrency}, {step.num_prompts} prompts ...")
+    else:
+        style = "green" if result["ok"] else "red"
+        _console.print(f"[{style}]{time.strftime('%H:%M:%S')} {escape(host)} [{index + 1}/{total}] {escape(bench.step_line(result))}[/]")
+
+
+# --- -i INVENTORY ---------------------------------------------------------------------------------
+class _InventoryProgress:
+    """ansible-runner events -> the runner's plain lines (tasks, failures, "still running" while a
+    step polls) and a line per finished step with what it measured."""
+
+    def __init__(self) -> None:
+        self.view = runner.ProgressView(_console, plain=True)
+
+    def handle(self, event: Mapping[str, Any]) -> bool:
+        keep = self.view.handle(event)
+        data = event.get("event_data") or {}
+        step = (data.get("res") or {}).get("step")
+        if event.get("event") == "runner_item_on_ok" and data.get("task") == STEP_TASK and isinstance(step, dict):
+            style = "green" if step.get("ok") else "red"
+            _console.print(f"[{style}]{time.strftime('%H:%M:%S')} {escape(str(data.get('host')))} {escape(bench.step_line(step))}[/]")
+        return keep
+
+
+def run_inventory(args: argparse.Namespace, out: Path, baseline: bench.Baseline | None, notes: list[str]) -> int:
+    import ansible_runner  # heavy import, only when a playbook runs
+
+    inventories = args.inventory or [str(runner.project_dir() / "inventory" / "proxmox")]
+    runner.serving_hosts(inventories, args.limit)  # RunnerError -> exit 2 before anything runs
+    runner.ansible_executable("ansible-playbook")
+    started = time.time()
+    stamp = bench.utc_stamp(started)
+    extravars: dict[str, Any] = {
+        "sglang_deploy_bench_out": str(out), "sglang_deploy_bench_stamp": stamp,
+        "sglang_deploy_bench_concurrency": args.concurrency or [],
+        "sglang_deploy_bench_prompts_per_concurrency": args.prompts_per_concurrency,
+        "sglang_deploy_bench_input_len": args.input_len, "sglang_deploy_bench_output_len": args.output_len,
+        "sglang_deploy_bench_backend": args.backend, "sglang_deploy_bench_seed": args.seed,
+        "sglang_deploy_bench_warmup_requests": args.warmup_requests,
+        "sglang_deploy_bench_step_timeout": args.step_timeout,
+    }  # fmt: skip
+    if args.tokenizer:
+        extravars["sglang_deploy_bench_tokenizer"] = args.tokenizer
+    progress = _InventoryProgress()
+    project = runner.project_dir()
+    # Not runner.run_playbook: its view has no hook for the steps' own lines.
+    result = ansible_runner.run(
+        **runner.runner_kwargs(project / "artifacts", event_handler=progress.handle, ident=runner.run_ident("bench")),
+        project_dir=str(project), playbook=str(project / PLAYBOOK),
+        inventory=[str(Path(i).resolve()) for i in inventories], extravars=extravars, limit=args.limit,
+    )  # fmt: skip
+    runner.redact_secret_env(Path(result.config.artifact_dir))
+    for line in progress.view.recap_lines():
+        _console.print(line, markup=False)
+    extra = {
+        "tool": "sglang-deploy bench", "tool_version": __version__, "mode": "inventory",
+        "started": stamp, "finished": bench.utc_stamp(), "git_revision": bench.git_revision(project),
+    }  # fmt: skip
+    runs = []
+    for directory in sorted(out.glob(f"*/{stamp}")):
+        try:
+            run = bench.run_from_playbook(directory, extra)
+        except bench.BenchInputError as err:
+            _console.print(f"[red]{escape(str(err))}[/]")
+            continue
+        flags = run.meta.get("flags") or {}
+        run.meta["bench_from"] = f"{run.meta.get('python', '?')} (the ml-env) on the host"
+        run.meta["url"] = f"{endpoint.base_url(flags)} on {run.meta.get('host', '?')}"
+        run.meta["model"] = endpoint.served_model_name(flags)
+        runs.append((directory, run))
+    status = _finish(runs, baseline, args.threshold, notes) if runs else 1
+    if result.rc != 0 or not runs:
+        _console.print(f"[red]the benchmark playbook failed[/] ({result.status}); artifacts: {result.config.artifact_dir}")
+        return max(status, 1)
+    return status
+
+
+# --- the report -----------------------------------------------------------------------------------
+def _finish(runs: list[tuple[Path, bench.Run]], baseline: bench.Baseline | None, threshold: float, notes: list[str]) -> int:
+    """Verdict, files and a summary for each run; the exit status of them all."""
+    status = 0
+    for directory, run in runs:
+        if baseline is not None:
+            try:
+                run.verdict = bench.compare(run, baseline, threshold, notes)
+            except bench.BenchInputError as err:
+                run.verdict_problem = str(err)
+        paths = bench.write_run(directory, run)
+        # A log or a pipe is not 80 columns wide: the numbers must not be cut there.
+        width = None if _console.is_terminal else 160
+        _console.print(_table(run), width=width)
+        if run.verdict is not None:
+            _console.print(_verdict_table(run.verdict), width=width)
+        verdict = bench.overall(run)
+        style = "green" if verdict.startswith("ok") else "red"
+        _console.print(f"[{style}]{escape(run.meta.get('host', '?'))}: {escape(verdict)}[/]")
+        _console.print(f"report: {paths['report.md']}\nplot:   {paths['bench.png']}")
+        print(paths["report.md"])
+        if not verdict.startswith("ok"):
+            status = 1
+    return status
+
+
+def _table(run: bench.Run) -> Table:
+    table = Table(title=f"{run.meta.get('host', '?')} - {run.meta.get('model', '?')}")
+    for title, _key, _form in bench.TABLE_COLUMNS:
+        table.add_column(title, justify="right")
+    for step, row in zip(run.steps, bench.table_rows(run)):
+        table.add_row(*row, style=None if step["ok"] else "red")
+    return table
+
+
+def _verdict_table(verdict: bench.Verdict) -> Table:
+    table = Table(title=f"against {verdict.baseline.name} (regression below {1 - verdict.threshold:.0%})")
+    for column in ("concurrency", "metric", "this run", "baseline", "ratio"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for c in verdict.comparisons:
+        style = "red" if c in verdict.regressions else None
+        table.add_row(str(c.concurrency), c.metric, f"{c.new:,.1f}", f"{c.base:,.1f}", f"{c.ratio:.2f}", style=style)
+    return table
