@@ -2,11 +2,14 @@
 # A local, signed apt repository laid out like NVIDIA's CUDA repository, for the nvidia_driver and
 # cuda_toolkit molecule scenarios (CI cannot reach NVIDIA). Recipes: tests/fixtures/apt-mirror/.
 #
-#   bash scripts/build-apt-mirror.sh build --out DIR
+#   bash scripts/build-apt-mirror.sh build --out DIR [--reuse]
 #       DIR/good/debian12/x86_64/       packages, Release/InRelease signed by a fresh test key,
 #                                       the key's public half as 3bf863cc.pub (NVIDIA's file name)
 #       DIR/wrong-key/debian12/x86_64/  the same packages, signed by a SECOND fresh key, while its
 #                                       3bf863cc.pub is still the first key: apt must refuse it
+#       --reuse: keep a mirror built from the same recipes and this script less than REUSE_DAYS ago
+#       (its key is still valid) and say "reusing": a re-run of the rehearsal then finds the host's
+#       repository and key unchanged instead of re-configuring it for a new throwaway key
 #   bash scripts/build-apt-mirror.sh serve --out DIR --port 8711 [--lifetime SECONDS]
 #       python3 http.server on 127.0.0.1 in the background, pid in DIR/http.pid; it exits by itself
 #       after --lifetime seconds (default 3600) even if nobody stops it
@@ -27,15 +30,21 @@ WHEEL_CACHE="${REPO_ROOT}/.cache/apt-mirror-wheels"
 REPO_SUBDIR="debian12/x86_64"
 KEY_FILE_NAME="3bf863cc.pub"
 
-usage() { die "usage: bash scripts/build-apt-mirror.sh build|serve|stop --out DIR [--port N] [--lifetime S]"; }
+# The test keys' lifetime, and the age up to which --reuse keeps a mirror (a day less: never a key
+# that expires during the run).
+KEY_EXPIRY_DAYS=30
+REUSE_DAYS=29
+
+usage() { die "usage: bash scripts/build-apt-mirror.sh build|serve|stop --out DIR [--reuse] [--port N] [--lifetime S]"; }
 
 action="${1:-}"
 [[ -n "$action" ]] || usage
 shift
-out="" port="8711" lifetime="3600"
+out="" port="8711" lifetime="3600" reuse=0
 while (($#)); do
   case "$1" in
     --out) out="$2"; shift 2 ;;
+    --reuse) reuse=1; shift ;;
     --port) port="$2"; shift 2 ;;
     --lifetime) lifetime="$2"; shift 2 ;;
     *) usage ;;
@@ -113,10 +122,28 @@ sign_repo() {
   )
 }
 
+# What a mirror is built from: the recipes and this script. Same digest = same packages.
+recipes_digest() {
+  (cd "$RECIPES" && find . -type f -print0 | sort -z | xargs -0 sha256sum; sha256sum "${BASH_SOURCE[0]}") |
+    sha256sum | cut -d' ' -f1
+}
+
+# reusable: a complete mirror of these recipes whose key is still good for a while.
+reusable() {
+  local stamp="${out}/recipes.sha256"
+  [[ -f "$stamp" && -f "${out}/good/${REPO_SUBDIR}/InRelease" && -f "${out}/wrong-key/${REPO_SUBDIR}/InRelease" ]] &&
+    [[ "$(cat "$stamp")" == "$(recipes_digest)" ]] &&
+    [[ -n "$(find "$stamp" -mtime "-${REUSE_DAYS}")" ]]
+}
+
 build() {
+  if ((reuse)) && reusable; then
+    log "reusing the signed mirror in ${out} (same recipes, built $(date -r "${out}/recipes.sha256" -u +%FT%TZ))"
+    return 0
+  fi
   ensure_apt_packages apt-utils gnupg dpkg-dev unzip
   local good="${out}/good/${REPO_SUBDIR}" wrong="${out}/wrong-key/${REPO_SUBDIR}" recipe version
-  rm -rf "${out}/good" "${out}/wrong-key" "${out}"/stage.*
+  rm -rf "${out}/good" "${out}/wrong-key" "${out}"/stage.* "${out}/recipes.sha256"
   mkdir -p "$good" "$wrong"
 
   for recipe in "$RECIPES"/*/; do
@@ -137,9 +164,9 @@ build() {
   # shellcheck disable=SC2064 # expand now: the directory to delete is this one
   trap "rm -rf '${GNUPGHOME}'" EXIT
   gpg --batch --quiet --trust-model always --passphrase '' --quick-gen-key \
-    "sglang-deploy CI test key (throwaway, $(date -u +%FT%TZ)) <ci@localhost>" ed25519 sign 1d
+    "sglang-deploy CI test key (throwaway, $(date -u +%FT%TZ)) <ci@localhost>" ed25519 sign "${KEY_EXPIRY_DAYS}d"
   gpg --batch --quiet --trust-model always --passphrase '' --quick-gen-key \
-    "sglang-deploy WRONG CI test key (throwaway) <wrong@localhost>" ed25519 sign 1d
+    "sglang-deploy WRONG CI test key (throwaway) <wrong@localhost>" ed25519 sign "${KEY_EXPIRY_DAYS}d"
   local good_key wrong_key
   good_key="$(gpg --batch --with-colons --list-keys ci@localhost | awk -F: '$1 == "fpr" {print $10; exit}')"
   wrong_key="$(gpg --batch --with-colons --list-keys wrong@localhost | awk -F: '$1 == "fpr" {print $10; exit}')"
@@ -151,6 +178,7 @@ build() {
   cp "${good}/${KEY_FILE_NAME}" "${wrong}/${KEY_FILE_NAME}"
   rm -rf "$GNUPGHOME"
   trap - EXIT
+  recipes_digest >"${out}/recipes.sha256"
   log "signed with test key ${good_key} (wrong-key tree: ${wrong_key}); private keys deleted"
 }
 

@@ -1,8 +1,9 @@
 """Run the project's playbooks through ansible-runner, with live per-host progress and a recap.
 
 ``sglang-deploy up`` is ``ansible-playbook site.yml`` plus this view: per host the task it is on and
-its ok/changed/failed counts, failure messages as they happen, a recap table at the end, the exit
-status non-zero on any failure, and the run's artifacts kept (``--artifacts``) for later reading.
+its ok/changed/failed counts, failure messages as they happen, a recap at the end (Ansible's own
+counts, and the testinfra results when the run verified hosts), the exit status non-zero on any
+failure, and the run's artifacts kept under ``artifacts/<time>-<command>/`` for later reading.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,10 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from sglang_deploy import testreport
+# Lines of the validator's progress in Ansible's output start with it.
+from sglang_deploy.validator import PROGRESS_PREFIX
+
 # Events that close a task on one host, and the counter each one bumps.
 _RESULT_EVENTS = {
     "runner_on_ok": "ok",
@@ -33,10 +39,22 @@ _RESULT_EVENTS = {
 }
 
 
+# Actions whose message the view prints: the roles' words to the operator.
+_DEBUG_ACTIONS = frozenset(("debug", "ansible.builtin.debug"))
+# Seconds between two "still running" lines of one async task.
+ASYNC_SAY_S = 30.0
+
+# HostProgress field <- the key of Ansible's playbook_on_stats event.
+_STATS_COUNTERS = {
+    "ok": "ok", "changed": "changed", "failed": "failures", "unreachable": "dark", "skipped": "skipped",
+}  # fmt: skip
+
+
 # The inventory group of the GPU hosts every playbook serves.
 SERVING_GROUP = "sglang_servers"
-# Runs whose artifacts are kept under artifacts/ (ansible-runner deletes older ones).
+# Runs whose artifacts are kept under artifacts/runs/ (ansible-runner deletes older ones).
 KEEP_ARTIFACTS = 20
+RUNS_SUBDIR = "runs"
 # Environment variables whose values are secrets: redacted from the artifacts ansible-runner writes.
 _SECRET_ENV_NAME = re.compile(r"(?i)(api_?key|token|secret|passw(or)?d|credential)")
 _REDACTED = "********"
@@ -74,6 +92,7 @@ def project_dir() -> Path:
 @dataclass
 class HostProgress:
     task: str = ""
+    # As in Ansible's recap: ok counts every task that did not fail, changed ones included.
     ok: int = 0
     changed: int = 0
     failed: int = 0
@@ -91,6 +110,8 @@ class ProgressView:
     # Not on a terminal (CI, a pipe, a log file): one timestamped line per play and task instead of
     # the live table, so an hours-long run still shows where it is.
     plain: bool = False
+    # When each (host, task) still running async was first seen polling, and when it was last said.
+    _async_since: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
 
     def handle(self, event: Mapping[str, Any]) -> bool:
         data = event.get("event_data") or {}
@@ -106,16 +127,42 @@ class ProgressView:
             )
         if kind == "runner_on_start" and host:
             self._host(host).task = str(data.get("task", ""))
+        elif kind == "verbose":
+            # Progress of work inside a task (the validator's first build) that says it is ours.
+            text = str(event.get("stdout") or "").strip()
+            if text.startswith(PROGRESS_PREFIX):
+                self._say(text)
+        elif kind == "runner_on_async_poll" and host:
+            # The poll's own event names Ansible's internal async_status; the task is the one started.
+            self._async_poll(host, self._host(host).task or str(data.get("task", "")))
         elif kind in _RESULT_EVENTS and host:
             progress = self._host(host)
+            counter = _RESULT_EVENTS[kind]
+            setattr(progress, counter, getattr(progress, counter) + 1)
             if kind == "runner_on_ok" and (data.get("res") or {}).get("changed"):
                 progress.changed += 1
-            else:
-                counter = _RESULT_EVENTS[kind]
-                setattr(progress, counter, getattr(progress, counter) + 1)
             if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
                 self._report_failure(host, data)
+            if kind == "runner_on_ok" and data.get("task_action") in _DEBUG_ACTIONS:
+                self._report_message(host, data)
+        elif kind == "playbook_on_stats":
+            self._take_stats(data)
         return True  # keep the event in the artifacts
+
+    def _take_stats(self, stats: Mapping[str, Any]) -> None:
+        """Ansible's own recap replaces the counts taken from events: a ``no_log`` task's event
+        hides whether it changed something, the recap does not."""
+        for ours, theirs in _STATS_COUNTERS.items():
+            for host, count in (stats.get(theirs) or {}).items():
+                setattr(self._host(host), ours, int(count))
+
+    def recap_lines(self) -> list[str]:
+        """The recap as Ansible prints it, one line per host: for logs, which must not wrap."""
+        return [
+            f"{name} : ok={p.ok} changed={p.changed} unreachable={p.unreachable} failed={p.failed} "
+            f"skipped={p.skipped}"
+            for name, p in sorted(self.hosts.items())
+        ]
 
     def table(self, title: str) -> Table:
         table = Table(title=title)
@@ -131,6 +178,25 @@ class ProgressView:
 
     def _host(self, name: str) -> HostProgress:
         return self.hosts.setdefault(name, HostProgress())
+
+    def _say(self, line: str) -> None:
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def _report_message(self, host: str, data: Mapping[str, Any]) -> None:
+        """What the roles say to the operator (debug tasks: progress, what a dry run would do,
+        what was skipped and why); a loop's messages are in its items, not shown."""
+        message = (data.get("res") or {}).get("msg")
+        lines = [str(part) for part in message] if isinstance(message, list) else [str(message or "")]
+        if any(lines):
+            self._say(f"[{host}] " + "\n    ".join(lines))
+
+    def _async_poll(self, host: str, task: str) -> None:
+        """A long async task (the ml-env install): "still running" at most every ASYNC_SAY_S."""
+        now = time.monotonic()
+        since, said = self._async_since.setdefault((host, task), (now, now))
+        if now - said >= ASYNC_SAY_S:
+            self._async_since[(host, task)] = (since, now)
+            self._say(f"[{host}] {task}: still running ({now - since:.0f} s)")
 
     def _report_failure(self, host: str, data: Mapping[str, Any]) -> None:
         result = data.get("res") or {}
@@ -163,7 +229,10 @@ def ansible_env() -> dict[str, str]:
     project = project_dir()
     return {
         "ANSIBLE_CONFIG": str(project / "ansible.cfg"),
+        # ansible-runner runs Ansible in a pty, where Ansible colours its output; the artifacts are
+        # for reading later, without escape codes.
         "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
@@ -255,15 +324,25 @@ def _private_dir(path: Path) -> Path:
     return path
 
 
+def run_ident(title: str) -> str:
+    """The name of a run's artifacts directory: when it started (UTC) and what it was, so the
+    newest is last in ``ls`` and a person finds "the failed up of this morning" by name."""
+    slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "run"
+    return f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{slug}-{uuid.uuid4().hex[:6]}"
+
+
 def runner_kwargs(
-    private_data_dir: Path,
+    artifacts: Path,
     *,
     event_handler: Callable[[Mapping[str, Any]], bool],
     status_handler: Callable[..., None] | None = None,
     keep_artifacts: int = KEEP_ARTIFACTS,
+    ident: str | None = None,
 ) -> dict[str, Any]:
     """What every ansible_runner.run() of the CLI shares: the project's environment, private and
-    rotated artifacts, no env/ files, and the secret environment redacted as soon as it is on disk."""
+    rotated artifacts (``artifacts/runs/<ident>/``), no env/ files, and the secret environment
+    redacted as soon as it is on disk. Runs get a directory of their own because ansible-runner's
+    rotation deletes the oldest entries of it, whatever they are (artifacts/bench/ must survive)."""
 
     def on_status(data: Mapping[str, Any], runner_config: Any = None) -> None:
         if data.get("status") != "starting" and runner_config is not None:
@@ -271,8 +350,11 @@ def runner_kwargs(
         if status_handler is not None:
             status_handler(data, runner_config=runner_config)
 
+    artifacts = _private_dir(artifacts)
     return {
-        "private_data_dir": str(_private_dir(private_data_dir)),
+        "private_data_dir": str(artifacts),
+        "artifact_dir": str(_private_dir(artifacts / RUNS_SUBDIR)),
+        "ident": ident,
         "envvars": ansible_env(),
         "quiet": True,
         "event_handler": event_handler,
@@ -288,6 +370,8 @@ class PlaybookRun:
     status: str
     artifacts: Path
     failures: tuple[str, ...]
+    # The testinfra results of the hosts the run verified (playbooks/verify.yml), one per host.
+    tests: tuple[testreport.SuiteResult, ...] = ()
 
 
 def run_playbook(
@@ -330,14 +414,17 @@ def run_playbook(
         if screen is not None:
             screen.update(view.table(title))
 
+    ident = run_ident(title)
+    reports = artifacts / RUNS_SUBDIR / ident / testreport.REPORT_SUBDIR
     kwargs = runner_kwargs(
-        artifacts, event_handler=on_event, status_handler=on_status, keep_artifacts=keep_artifacts
+        artifacts, event_handler=on_event, status_handler=on_status, keep_artifacts=keep_artifacts, ident=ident
     )
     kwargs.update(
         project_dir=str(project),
         playbook=str(project / playbook),
         inventory=[str(Path(i).resolve()) for i in inventory],
-        extravars=dict(extravars or {}),
+        # Playbooks that run the testinfra suites write their JUnit reports there (others ignore it).
+        extravars={testreport.REPORT_DIR_VAR: str(reports), **dict(extravars or {})},
         limit=limit,
         tags=tags,
         skip_tags=skip_tags,
@@ -351,8 +438,17 @@ def run_playbook(
         result = ansible_runner.run(**kwargs)
     artifact_dir = Path(result.config.artifact_dir)
     redact_secret_env(artifact_dir)
+    tests = testreport.read_reports(reports)
     if live:
-        console.print(view.table(f"{title}: recap ({result.status})"))
+        if console.is_terminal:
+            console.print(view.table(f"{title}: recap ({result.status})"))
+        else:
+            console.print(f"RECAP {title} ({result.status})", markup=False, highlight=False, soft_wrap=True)
+            for line in view.recap_lines():
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for suite in tests:
+        style = "green" if suite.ok else "red"
+        console.print(f"[{style}]testinfra[/] {escape(suite.line())}", highlight=False, soft_wrap=True)
     rc = result.rc if result.rc is not None else 1
     if rc != 0 and not view.failures:
         # Errors before any task ran (syntax, inventory, argument specs) only reach stdout.
@@ -363,4 +459,5 @@ def run_playbook(
         status=str(result.status),
         artifacts=artifact_dir,
         failures=tuple(view.failures),
+        tests=tuple(tests),
     )

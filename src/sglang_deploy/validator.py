@@ -46,7 +46,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -584,8 +584,33 @@ def _choices(names: Sequence[str], options: Sequence[Option]) -> list[str] | Non
 # --- the validator venv --------------------------------------------------------------------------
 
 
+# Every progress line of the validator's build starts with this (the CLI's progress view shows
+# Ansible's output lines that do).
+PROGRESS_PREFIX = "sglang-deploy: "
+
+
+def _print_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+# Where progress goes: stderr for the CLI's own commands; Ansible's Display inside a play
+# (action_plugins/sglang_validate_flags.py), where a worker's stderr would become a warning.
+_progress: Callable[[str], None] = _print_progress
+
+
+@contextlib.contextmanager
+def progress_to(callback: Callable[[str], None]) -> Iterator[None]:
+    """Send the validator's progress lines to ``callback`` while the block runs."""
+    global _progress
+    previous, _progress = _progress, callback
+    try:
+        yield
+    finally:
+        _progress = previous
+
+
 def _say(message: str) -> None:
-    print(f"sglang-deploy: {message}", file=sys.stderr, flush=True)
+    _progress(f"{PROGRESS_PREFIX}{message}")
 
 
 def build_spec(lane: Lane, environ: Mapping[str, str]) -> BuildSpec:

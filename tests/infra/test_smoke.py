@@ -1,4 +1,4 @@
-"""Smoke suite for the molecule plumbing (molecule/smoke): systemd runs and manages units."""
+"""Smoke suite for the molecule plumbing (molecule/default): systemd runs and manages units."""
 
 import pytest
 

@@ -128,3 +128,76 @@ def test_validate_accepts_the_seed_profile(tmp_path: Path) -> None:
     """The shipped profile with its API key in place (its vault file, here unencrypted)."""
     proc = _cli("validate", "-i", str(_inventory(tmp_path)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_render_warns_loudly_about_the_placeholder_revision_until_it_is_set(tmp_path: Path) -> None:
+    inventory = _inventory(tmp_path)
+    out = tmp_path / "out"
+    proc = _cli("render", "-i", str(inventory), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    warning = [line for line in proc.stderr.splitlines() if line.startswith("WARNING glm5-01:")]
+    assert len(warning) == 1 and '"set-me-to-a-commit-sha" is not a commit sha' in warning[0], proc.stderr
+    # Pinned: the note goes, and so does the file an earlier render left.
+    (inventory / "host_vars").mkdir()
+    (inventory / "host_vars" / "glm5-01.yml").write_text(yaml.safe_dump({"hf_model_revision": "a" * 40}))
+    proc = _cli("render", "-i", str(inventory), "--out", str(out))
+    assert proc.returncode == 0 and "WARNING" not in proc.stderr, proc.stderr
+    assert not (out / "glm5-01" / "warnings.txt").exists()
+
+
+def test_plan_works_on_the_shipped_inventory_as_it_is() -> None:
+    proc = _cli("plan", "-i", "inventory/proxmox", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan = yaml.safe_load(proc.stdout)
+    assert plan["inputs"]["gpu_memory_mib"] == 97887
+    assert plan["mem_fraction_static"] == 0.92 and plan["safe"] is True
+    assert plan["kv_tokens"] > 400_000
+
+
+def test_plan_without_a_gpu_size_names_the_inventory_variable(tmp_path: Path) -> None:
+    inventory = _inventory(tmp_path)
+    profile = inventory / "group_vars" / "sglang_servers" / "sglang_server.yml"
+    data = yaml.safe_load(profile.read_text())
+    del data["sglang_server_memory_plan"]["gpu_memory_mib"]
+    profile.write_text(yaml.safe_dump(data))
+    proc = _cli("plan", "-i", str(inventory))
+    assert proc.returncode == 2
+    assert "set gpu_memory_mib in sglang_server_memory_plan" in proc.stderr, proc.stderr
+
+
+def test_the_inventorys_revision_lookup_runs_from_the_projects_venv(tmp_path: Path) -> None:
+    """The command hf_model.yml suggests, pointed at a local stand-in of the hub's model API."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    sha = "0123456789abcdef0123456789abcdef01234567"
+
+    class Hub(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            found = self.path == "/api/models/lukealonso/GLM-5-NVFP4"
+            body = json.dumps({"id": "lukealonso/GLM-5-NVFP4", "sha": sha} if found else {}).encode()
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    profile = (ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers" / "hf_model.yml").read_text()
+    (line,) = [line for line in profile.splitlines() if line.startswith("#   .venv/bin/python -c ")]
+    command = line.removeprefix("#   ")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        local = command.replace("https://huggingface.co", f"http://127.0.0.1:{server.server_port}")
+        assert local != command
+        proc = subprocess.run(
+            ["bash", "-c", local], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+            env={**os.environ, "NO_PROXY": "127.0.0.1"},
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == sha

@@ -85,7 +85,7 @@ def test_artifacts_are_rotated(tmp_path: Path) -> None:
     inventory = _local_inventory(tmp_path)
     for _ in range(4):
         assert _run(tmp_path, inventory, keep_artifacts=2).rc == 0
-    runs = [p for p in (tmp_path / "artifacts" / "artifacts").iterdir() if p.is_dir()]
+    runs = [p for p in (tmp_path / "artifacts" / "runs").iterdir() if p.is_dir()]
     assert len(runs) == 2
 
 

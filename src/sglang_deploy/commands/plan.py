@@ -150,9 +150,11 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
             "lower bound (replicated layers and load buffers add to it)"
         )
     if "gpu_memory_mib" not in values:
+        where = f" ({PLAN_VAR} of the inventory's host has no gpu_memory_mib)" if args.inventory else ""
         raise planner.PlanError(
-            "no GPU memory size. Fix: pass --gpu-memory-mib (nvidia-smi --query-gpu=memory.total "
-            "--format=csv,noheader,nounits) or --gpu-facts FILE"
+            f"no GPU memory size{where}. Fix: pass --gpu-memory-mib (nvidia-smi --query-gpu=memory.total "
+            "--format=csv,noheader,nounits on the GPU host) or --gpu-facts FILE"
+            + (f", or set gpu_memory_mib in {PLAN_VAR}" if args.inventory else "")
         )
     if values.get("weights_gib_per_gpu") is None or values.get("kv_bytes_per_token") is None:
         notes.append(
