@@ -13,6 +13,11 @@ Requests go to the base URL's own host and port only (http:// or https://, no pr
 redirect (the Bearer token never reaches another origin), read at most MAX_ANSWER_BYTES and end
 at a total deadline, so a hostile or broken server cannot hold or flood the caller.
 
+Chats fit the served context: ``/v1/models`` lists each model's ``max_model_len`` (sglang's
+``model_config.context_len``) and sglang refuses (HTTP 400) a request whose input plus ``max_tokens``
+exceeds it, so :func:`chat_in_context` caps ``max_tokens`` with an upper bound of the prompt's tokens
+and, should sglang still refuse, retries once with the room sglang's own count leaves.
+
 The readiness gate (:func:`readiness_gate`; the module sglang_wait_ready runs it on the host, and
 ``python -m sglang_deploy_host.endpoint wait-ready --url URL --timeout S [--env-file PATH]`` too)
 polls with back-off until URL+path answers 200. The API key, if any, is NAME (default
@@ -50,8 +55,14 @@ API_KEY_ENV = "SGLANG_API_KEY"
 DEFAULT_PROBES = Path(__file__).with_name("probes") / "default.yml"
 # Probes run deterministic: the gate must give the same verdict on every run.
 PROBE_TEMPERATURE = 0.0
-# Room for a reasoning model's thinking before the answer (a cut-off answer fails the probe).
+# Room for a reasoning model's thinking before the answer (a cut-off answer fails the probe); a
+# model with a shorter context gets what its context leaves (chat_in_context).
 DEFAULT_PROBE_MAX_TOKENS = 2048
+# The endpoint suite's plain chat: any non-empty answer passes.
+CHAT_SMOKE_PROMPT = "Say hello in one short sentence."
+# What a chat template adds around one user message (role headers, a default system prompt), in
+# tokens, when a prompt's tokens are bounded without the model's tokenizer (prompt_token_bound).
+CHAT_TEMPLATE_ALLOWANCE_TOKENS = 256
 # Total deadline of one request (connect, TLS, headers and body). GETs (health, model list) answer
 # at once, except /health_generate, which gives up on its one token after 20 s itself.
 SHORT_DEADLINE_S = 30.0
@@ -353,16 +364,68 @@ def expect_ok(response: Response, what: str) -> Response:
     return response
 
 
-def model_ids(endpoint: Endpoint) -> list[str]:
-    """The ``id`` of every card /v1/models lists."""
+def model_cards(endpoint: Endpoint) -> list[dict[str, Any]]:
+    """Every card /v1/models lists (``id``, ``max_model_len``, ...)."""
     data = expect_ok(endpoint.get("/v1/models"), "GET /v1/models").json()
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise EndpointError(f"GET /v1/models: not a model list: {data!r}")
-    return [str(card.get("id")) for card in data["data"] if isinstance(card, dict)]
+    return [card for card in data["data"] if isinstance(card, dict)]
 
 
-def chat(endpoint: Endpoint, model: str, prompt: str, max_tokens: int, temperature: float = PROBE_TEMPERATURE) -> dict[str, Any]:
-    """One OpenAI chat completion; returns the first choice's ``message``."""
+def model_ids(endpoint: Endpoint) -> list[str]:
+    """The ``id`` of every card /v1/models lists."""
+    return [str(card.get("id")) for card in model_cards(endpoint)]
+
+
+def context_length(endpoint: Endpoint, model: str) -> Optional[int]:
+    """``max_model_len`` of ``model``'s card in /v1/models (sglang's context length: prompt plus
+    generated tokens); None when the card does not say (a LoRA adapter's, another server's)."""
+    for card in model_cards(endpoint):
+        if str(card.get("id")) == model:
+            value = card.get("max_model_len")
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+            return None
+    return None
+
+
+def prompt_token_bound(prompt: str) -> int:
+    """At least as many tokens as a one-message chat of ``prompt`` takes, without the model's
+    tokenizer: byte-level BPE (Llama 3, GLM, Qwen) and SentencePiece with byte fallback spend at most
+    one token per UTF-8 byte (+1 for a leading-space marker), and the chat template's own tokens get
+    CHAT_TEMPLATE_ALLOWANCE_TOKENS."""
+    return len(prompt.encode("utf-8")) + 1 + CHAT_TEMPLATE_ALLOWANCE_TOKENS
+
+
+def fit_max_tokens(wanted: int, prompt: str, context_len: Optional[int]) -> int:
+    """``max_tokens`` for a chat of ``prompt`` that the context holds: ``wanted``, capped at what
+    the context leaves after :func:`prompt_token_bound`. When the bound leaves no room (a context of
+    a few hundred tokens), ``wanted`` capped at the context: sglang's refusal then names the real
+    count (see :func:`chat_in_context`)."""
+    if context_len is None:
+        return wanted
+    room = context_len - prompt_token_bound(prompt)
+    return min(wanted, room if room >= 1 else context_len)
+
+
+# sglang's refusal (tokenizer_manager.py, the same text 0.5.10.post1 to 0.5.23): "Requested token
+# count exceeds the model's maximum context length of C tokens. You requested a total of T tokens:
+# I tokens from the input messages and M tokens for the completion. ..."
+_CONTEXT_REFUSAL = re.compile(
+    r"maximum context length of (\d+) tokens\. You requested a total of \d+ tokens: (\d+) tokens from the input"
+)
+
+
+def room_from_refusal(text: str) -> Optional[int]:
+    """Tokens left for the completion by sglang's own count in its context-length refusal; None
+    when ``text`` is not one."""
+    match = _CONTEXT_REFUSAL.search(text)
+    if not match:
+        return None
+    return int(match.group(1)) - int(match.group(2))
+
+
+def _chat_request(endpoint: Endpoint, model: str, prompt: str, max_tokens: int, temperature: float) -> Response:
     payload = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
@@ -370,7 +433,11 @@ def chat(endpoint: Endpoint, model: str, prompt: str, max_tokens: int, temperatu
         "max_tokens": max_tokens,
         "stream": False,
     }
-    data = expect_ok(endpoint.request("POST", "/v1/chat/completions", payload), "POST /v1/chat/completions").json()
+    return endpoint.request("POST", "/v1/chat/completions", payload)
+
+
+def _message(response: Response) -> dict[str, Any]:
+    data = expect_ok(response, "POST /v1/chat/completions").json()
     try:
         message = data["choices"][0]["message"]
     except (KeyError, IndexError, TypeError):
@@ -378,6 +445,36 @@ def chat(endpoint: Endpoint, model: str, prompt: str, max_tokens: int, temperatu
     if not isinstance(message, dict):
         raise EndpointError(f"POST /v1/chat/completions: message is not an object: {message!r}")
     return message
+
+
+def chat(endpoint: Endpoint, model: str, prompt: str, max_tokens: int, temperature: float = PROBE_TEMPERATURE) -> dict[str, Any]:
+    """One OpenAI chat completion; returns the first choice's ``message``."""
+    return _message(_chat_request(endpoint, model, prompt, max_tokens, temperature))
+
+
+def chat_in_context(
+    endpoint: Endpoint,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    context_len: Optional[int],
+    temperature: float = PROBE_TEMPERATURE,
+) -> dict[str, Any]:
+    """:func:`chat` with ``max_tokens`` fitted to the served context (:func:`fit_max_tokens`); if
+    sglang still refuses the request for the context (HTTP 400, its own token count in the message:
+    a chat template longer than the allowance, or no ``max_model_len`` known), once more with the
+    room that count leaves. A prompt that alone fills the context is an EndpointError saying so."""
+    fitted = fit_max_tokens(max_tokens, prompt, context_len)
+    response = _chat_request(endpoint, model, prompt, fitted, temperature)
+    room = room_from_refusal(response.text) if response.status == 400 else None
+    if room is not None and room < fitted:
+        if room < 1:
+            raise EndpointError(
+                f"POST /v1/chat/completions: the prompt alone fills the model's context ({response.text[:300]!r})",
+                response.status,
+            )
+        response = _chat_request(endpoint, model, prompt, room, temperature)
+    return _message(response)
 
 
 # -- readiness ---------------------------------------------------------------------------------
@@ -579,16 +676,23 @@ def judge(probe: Probe, message: Mapping[str, Any]) -> ProbeResult:
     return ProbeResult(probe, False, answer, "no match")
 
 
-def run_probe(endpoint: Endpoint, model: str, probe: Probe) -> ProbeResult:
+def run_probe(endpoint: Endpoint, model: str, probe: Probe, context_len: Optional[int] = None) -> ProbeResult:
+    """One probe at temperature 0, its max_tokens fitted to ``context_len`` (:func:`chat_in_context`)."""
     try:
-        message = chat(endpoint, model, probe.prompt, probe.max_tokens)
+        message = chat_in_context(endpoint, model, probe.prompt, probe.max_tokens, context_len)
     except EndpointError as err:
         return ProbeResult(probe, False, "", str(err))
     return judge(probe, message)
 
 
 def run_probes(endpoint: Endpoint, model: str, probes: Sequence[Probe]) -> list[ProbeResult]:
-    return [run_probe(endpoint, model, probe) for probe in probes]
+    """Every probe, fitted to the context /v1/models reports for ``model`` (read once; a model list
+    that cannot be read leaves the fitting to sglang's refusal, and the probes report the error)."""
+    try:
+        context_len = context_length(endpoint, model)
+    except EndpointError:
+        context_len = None
+    return [run_probe(endpoint, model, probe, context_len) for probe in probes]
 
 
 # -- the readiness gate (module sglang_wait_ready, and this file as a script) ----------------------

@@ -60,7 +60,7 @@ def env_file_line(name: str, value: str) -> str:
 
 # -- reading back what the functions above write ---------------------------------------------------
 _C_UNESCAPES = {"n": "\n", "t": "\t"}
-_UNIT_LINE = re.compile(r"^(ExecStart|Environment)=(.*)$")
+_UNIT_LINE = re.compile(r"^([A-Za-z]+)=(.*)$")
 
 
 def split_words(payload: str) -> list[str]:
@@ -119,12 +119,39 @@ def _unit_values(unit_text: str, key: str) -> list[str]:
     return values
 
 
+def _exec_argv(value: str) -> list[str]:
+    return [w.replace("%%", "%").replace("$$", "$") for w in split_words(value)]
+
+
 def exec_start_argv(unit_text: str) -> list[str]:
     """The argv systemd runs for a unit file's ``ExecStart=`` (what exec_word wrote, read back)."""
     values = _unit_values(unit_text, "ExecStart")
     if not values:
         raise ValueError("no ExecStart= line in the unit")
-    return [w.replace("%%", "%").replace("$$", "$") for w in split_words(values[0])]
+    return _exec_argv(values[0])
+
+
+# ExecStartPre= prefixes (systemd.service(5)): "-" means a failure is ignored; the others change
+# privileges or expansion, which nothing the role renders uses.
+_EXEC_PREFIXES = "-@:+!"
+
+
+def exec_start_pre(unit_text: str) -> list[tuple[list[str], bool]]:
+    """Every ``ExecStartPre=`` command in order, as ``(argv, failure_ignored)``."""
+    commands: list[tuple[list[str], bool]] = []
+    for value in _unit_values(unit_text, "ExecStartPre"):
+        prefix = value[: len(value) - len(value.lstrip(_EXEC_PREFIXES))]
+        if set(prefix) - {"-"}:
+            raise ValueError(f"ExecStartPre={value!r}: prefix {prefix!r} is not supported here (only '-')")
+        commands.append((_exec_argv(value[len(prefix):]), "-" in prefix))
+    return commands
+
+
+def directive(unit_text: str, key: str) -> str | None:
+    """The last value of a plain one-word directive (``WorkingDirectory=``, ``EnvironmentFile=``,
+    ``User=``, ``TimeoutStopSec=``...) as the unit file writes it; None when it is absent."""
+    values = _unit_values(unit_text, key)
+    return values[-1].strip() if values else None
 
 
 def environment(text: str) -> dict[str, str]:

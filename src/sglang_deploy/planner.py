@@ -39,6 +39,17 @@ Calibration against the seed deployment (8x RTX PRO 6000, 97,887 MiB, TP8, GLM-5
    died in capture, so ``38*8 + 2048 + slack > 0.05 * F0 = 4,818``. Hence
    ``2,466 < slack <= 3,230``: :data:`ALLOCATOR_SLACK_MIB` = 3,072.
 
+7. Per-token buffers outside the pool (measured on a real sglang, tests/fixtures/real-sglang/): the
+   token allocator's int64 free list (``mem_cache/allocator.py``, one entry per page) and, from sglang
+   0.5.17 on (0.5.23, the cu130 lane, too: ``model_executor/runner/eager_runner.py:122``), the eager
+   runner's input buffers sized to ``max(max_total_num_tokens, prefill buffer)`` tokens. Both are
+   allocated after the pool is sized, outside the fraction: 58 B per KV token on an H200 (0.5.17, a
+   2,048-context Llama, page size 1, 102-134 M tokens, three fractions: 8 B + 49.9-50.5 B), so
+   :data:`FREE_LIST_BYTES_PER_PAGE` = 8 and :data:`EAGER_BUFFER_BYTES_PER_TOKEN` = 50 (0.5.10.post1
+   has no eager runner: an over-estimate there). They come off :attr:`Plan.free_after_start_mib`;
+   for the seed model (~0.5 M tokens, pages of 64) they are ~24 MiB, inside the allocator slack, so
+   the safety terms stay as calibrated.
+
 The recommendation keeps :data:`RECOMMENDATION_MARGIN_MIB` (694 MiB, the allocation that failed in
 the seeds' OOM) on top of the outside terms and rounds down to a step of 0.01.
 """
@@ -64,6 +75,9 @@ ACTIVATION_MIB_PER_TOKEN = 0.25
 ALLOCATOR_SLACK_MIB = 3_072
 RECOMMENDATION_MARGIN_MIB = 694
 FRACTION_STEP = 0.01
+# Outside the pool, per KV-pool page and token (docstring, 7.).
+FREE_LIST_BYTES_PER_PAGE = 8
+EAGER_BUFFER_BYTES_PER_TOKEN = 50
 
 # sglang 0.5.10.post1 constants (server_args.py dataclass defaults and memory_pool.py:1805-1806).
 SGLANG_MAX_PREFILL_TOKENS_DEFAULT = 16_384
@@ -431,7 +445,7 @@ def plan(inputs: PlanInputs) -> Plan:
     if fraction is not None:
         available = round(free0 * (1 - fraction), 1)
         headroom = round(available - required, 1)
-        free_after = round(available - breakdown["cuda_graphs"], 1)
+        free_after = available - breakdown["cuda_graphs"]
         safe = headroom >= 0
         if not safe:
             reasons.append(
@@ -440,6 +454,10 @@ def plan(inputs: PlanInputs) -> Plan:
             )
     at = fraction if fraction is not None else recommended
     kv_tokens = _kv_tokens(inputs, free0, at) if at is not None else None
+    pool = max(kv_tokens or 0, 0)
+    token_buffers = (pool * EAGER_BUFFER_BYTES_PER_TOKEN + pool // inputs.page_size * FREE_LIST_BYTES_PER_PAGE) / MIB
+    if free_after is not None:
+        free_after = round(free_after - token_buffers, 1)
     if fraction is not None and kv_tokens is not None and kv_tokens <= 0:
         safe = False
         reasons.append(
@@ -472,6 +490,7 @@ def plan(inputs: PlanInputs) -> Plan:
             "effective_chunked_prefill_size": chunk,
             "effective_cuda_graph_max_bs": graph_bs,
             "sglang_default_reserved_mib": defaults.reserved_mib,
+            "kv_token_buffers_mib": round(token_buffers, 1),
         },
         reasons=reasons,
     )

@@ -2,8 +2,9 @@
 
 Target: ``--sglang-endpoint``/``--sglang-model`` (``sglang-deploy verify --endpoint``), else the
 host's render of the inventory (its --host/--port/--served-model-name/--api-key). The correctness
-gate runs the probes (``--sglang-probes FILE`` or src/sglang_deploy/probes/default.yml) at
-temperature 0: this is what catches garbled output from a bad KV dtype or attention backend.
+gate runs the probes (``--sglang-probes FILE`` or sglang_deploy_host/probes/default.yml) at
+temperature 0: this is what catches garbled output from a bad KV dtype or attention backend. Every
+chat's max_tokens fits the context the server reports in /v1/models (``max_model_len``).
 
 Every test's first request is preceded, once per server and session, by GET /health with a short
 deadline: a server that accepts connections and never answers fails them all at once with that
@@ -101,7 +102,11 @@ def test_api_key_is_enforced_as_configured(server: ep.Endpoint, target: ep.Targe
 
 
 def test_chat_completion_returns_content(server: ep.Endpoint, target: ep.Target) -> None:
-    message = ep.chat(server, target.model, "Say hello in one short sentence.", max_tokens=2048)
+    # max_tokens fitted to the context /v1/models reports (a 2,048-token model refuses 2,048 new tokens).
+    context_len = ep.context_length(server, target.model)
+    message = ep.chat_in_context(
+        server, target.model, ep.CHAT_SMOKE_PROMPT, ep.DEFAULT_PROBE_MAX_TOKENS, context_len
+    )
     assert ep.answer_text(message), f"empty answer: {message!r}"
 
 

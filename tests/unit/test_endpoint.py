@@ -8,6 +8,7 @@ Hostile servers (redirects, endless or trickled answers, silence) are small in-p
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
@@ -436,6 +437,129 @@ def test_get_requests_have_the_short_deadline(serve: Callable[..., Server], monk
     with pytest.raises(ep.EndpointError, match=r"no complete answer within 1 s"):
         ep.Endpoint(trickle.url, timeout=60).get("/health")
     assert time.monotonic() - start < 2.0
+
+
+# -- the served context ------------------------------------------------------------------------
+# sglang's refusal, verbatim from tokenizer_manager.py (0.5.10.post1 to 0.5.23).
+REFUSAL = (
+    "Requested token count exceeds the model's maximum context length of {context} tokens. You requested "
+    "a total of {total} tokens: {input} tokens from the input messages and {new} tokens for the completion. "
+    "Please reduce the number of tokens in the input messages or the completion to fit within the limit."
+)
+
+
+class ContextServer(BaseHTTPRequestHandler):
+    """sglang's context checks for a model of ``context`` tokens (the real server showed them with a
+    2,048-token model): /v1/models reports ``max_model_len`` unless ``report`` is false, and a chat
+    whose input (``template`` tokens + one per 3 prompt bytes) plus ``max_tokens`` exceeds the
+    context is refused with HTTP 400 and sglang's message. Answers follow the default probes.
+    ``server.seen`` records each chat's (input tokens, max_tokens, status)."""
+
+    server: Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
+        pass
+
+    def _send(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path.startswith("/health"):
+            self._send(200, {})
+            return
+        card: dict[str, Any] = {"id": "glm-5", "object": "model", "owned_by": "sglang", "root": "glm-5"}
+        if self.server.config.get("report", True):
+            card["max_model_len"] = self.server.config["context"]
+        self._send(200, {"object": "list", "data": [card]})
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        prompt = request["messages"][-1]["content"]
+        context, new = self.server.config["context"], request["max_tokens"]
+        used = self.server.config["template"] + len(prompt.encode()) // 3
+        if used + new > context:
+            self.server.seen.append({"input": used, "max_tokens": new, "status": 400})
+            message = REFUSAL.format(context=context, total=used + new, input=used, new=new)
+            self._send(400, {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400})
+            return
+        self.server.seen.append({"input": used, "max_tokens": new, "status": 200})
+        answers = {"France": "Paris", "17 + 25": "42", "13 * 7": "91", "Python": "def add(a, b):\n    return a + b"}
+        content = next((a for key, a in answers.items() if key in prompt), "Hello!")
+        self._send(200, {"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})
+
+
+def test_probes_fit_a_2048_token_context(serve: Callable[..., Server]) -> None:
+    """The real sglang 0.5.17 with a 2,048-token model refused every probe's max_tokens 2048."""
+    fake = serve(ContextServer, context=2048, template=20)
+    server = ep.Endpoint(fake.url, timeout=10)
+    assert ep.context_length(server, "glm-5") == 2048
+    results = ep.run_probes(server, "glm-5", ep.load_probes())
+    assert [r.ok for r in results] == [True] * len(results), [r.describe() for r in results]
+    assert [seen["status"] for seen in fake.seen] == [200] * len(results), "a probe was refused"
+    for probe, seen in zip(ep.load_probes(), fake.seen):
+        assert seen["max_tokens"] == 2048 - ep.prompt_token_bound(probe.prompt)
+
+
+def test_a_chat_template_longer_than_the_allowance_is_fitted_by_sglangs_count(serve: Callable[..., Server]) -> None:
+    fake = serve(ContextServer, context=2048, template=ep.CHAT_TEMPLATE_ALLOWANCE_TOKENS + 300)
+    server = ep.Endpoint(fake.url, timeout=10)
+    message = ep.chat_in_context(server, "glm-5", ep.CHAT_SMOKE_PROMPT, 2048, ep.context_length(server, "glm-5"))
+    assert message["content"] == "Hello!"
+    refused, answered = fake.seen
+    assert refused["status"] == 400 and answered["status"] == 200
+    assert answered["max_tokens"] == 2048 - answered["input"], "the retry takes exactly the room sglang counted"
+
+
+def test_without_max_model_len_sglangs_refusal_still_fits_the_chat(serve: Callable[..., Server]) -> None:
+    fake = serve(ContextServer, context=2048, template=20, report=False)
+    server = ep.Endpoint(fake.url, timeout=10)
+    assert ep.context_length(server, "glm-5") is None
+    results = ep.run_probes(server, "glm-5", ep.load_probes())
+    assert all(r.ok for r in results), [r.describe() for r in results]
+    assert [seen["max_tokens"] for seen in fake.seen[::2]] == [2048] * len(results), "asked as the probes say first"
+
+
+def test_a_large_context_leaves_max_tokens_as_the_probe_asks(serve: Callable[..., Server]) -> None:
+    fake = serve(ContextServer, context=202752, template=20)
+    server = ep.Endpoint(fake.url, timeout=10)
+    assert all(r.ok for r in ep.run_probes(server, "glm-5", ep.load_probes()))
+    assert {seen["max_tokens"] for seen in fake.seen} == {2048}
+
+
+def test_a_prompt_that_fills_the_context_fails_saying_so(serve: Callable[..., Server]) -> None:
+    fake = serve(ContextServer, context=100, template=200)
+    server = ep.Endpoint(fake.url, timeout=10)
+    result = ep.run_probe(server, "glm-5", ep.load_probes()[0], ep.context_length(server, "glm-5"))
+    assert not result.ok and "the prompt alone fills the model's context" in result.reason
+    assert [seen["max_tokens"] for seen in fake.seen] == [100], "no room by the bound: sglang counts"
+
+
+@pytest.mark.parametrize(
+    ("wanted", "context", "fitted"),
+    [(2048, None, 2048), (2048, 202752, 2048), (2048, 2048, 2048 - 257 - 10), (64, 2048, 64), (2048, 200, 200)],
+)
+def test_fit_max_tokens(wanted: int, context: int | None, fitted: int) -> None:
+    assert ep.fit_max_tokens(wanted, "0123456789", context) == fitted
+
+
+def test_room_from_refusal_reads_sglangs_count() -> None:
+    text = json.dumps({"object": "error", "message": REFUSAL.format(context=2048, total=2078, input=30, new=2048)})
+    assert ep.room_from_refusal(text) == 2018
+    assert ep.room_from_refusal('{"object": "error", "message": "messages: Field required"}') is None
+
+
+@pytest.mark.parametrize("context", [2048, None])
+def test_verify_endpoint_passes_a_2048_token_server(serve: Callable[..., Server], context: int | None) -> None:
+    fake = serve(ContextServer, context=2048, template=20, report=context is not None)
+    proc = _verify(fake.url)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "6 passed" in proc.stdout, proc.stdout
+    assert all(seen["input"] + seen["max_tokens"] <= 2048 for seen in fake.seen if seen["status"] == 200)
 
 
 # -- wait-ready --------------------------------------------------------------------------------
