@@ -17,9 +17,10 @@
 # Environment=, EnvironmentFile= read from the unit file), the readiness gate's own code
 # (python3 -m sglang_deploy_host.endpoint wait-ready), and for
 #   h200            (trained)    sglang-deploy verify --endpoint (all must pass); with REAL_SGLANG_BENCH=1
-#                                also sglang-deploy bench --endpoint
+#                                also sglang-deploy bench --endpoint (bench_serving from the bundle)
 #   h200-untrained  (untrained)  sglang-deploy verify --endpoint (the correctness gate must fail)
 #   h200-mem070/092              nothing more: their logs are the planner comparison's other points
+#   (REAL_SGLANG_HOSTS="h200" runs only the hosts it names: the bench run of 2026-12-01 04:21 did that)
 # and sglang-deploy doctor on every server log (no finding expected). Results: $OUT/results.tar.gz (logs,
 # suite output, GPU memory readings, summary.txt), $OUT/summary.txt, $OUT/tiny-llama-trained.tar.gz.
 # Every step is bounded so the results are packed before the call's 10 minutes end. Then, here:
@@ -28,7 +29,9 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CACHE="$ROOT/.cache/real-sglang"
-HOSTS=(h200 h200-untrained h200-mem070 h200-mem092)
+# REAL_SGLANG_HOSTS="h200 h200-untrained" (a subset, in this order) leaves the others out of a run.
+read -r -a HOSTS <<< "${REAL_SGLANG_HOSTS:-h200 h200-untrained h200-mem070 h200-mem092}"
+wanted() { local h; for h in "${HOSTS[@]}"; do [ "$h" = "$1" ] && return 0; done; return 1; }
 
 prepare() {
   set -e
@@ -165,13 +168,46 @@ suite() {  # suite HOST: sglang-deploy verify --endpoint against the running ser
   return $rc
 }
 
+# sglang-deploy bench --endpoint with bench_serving from the bundle's sglang (the server's own), run by the
+# device's python3: the command's own bench_command builds the lane's validator venv from a package index,
+# which the device has not. Only that command is swapped (and the report says where bench_serving came
+# from); the sweep, the records, the report and the plot are the command's own.
+BENCH_WRAPPER='
+import dataclasses, importlib.metadata, os, sys
+from sglang_deploy import bench, cli
+from sglang_deploy.commands import bench as command
+SITE = "/opt/sglang-bundle/site"
+VERSION = next(d.version for d in importlib.metadata.distributions(name="sglang", path=[SITE]))
+os.environ["PYTHONPATH"] = SITE + os.pathsep + os.environ.get("PYTHONPATH", "")  # bench_serving child only
+def bench_command(lane):
+    code = bench._RUNNER.format(probe=str(bench.validator._PROBE), stand_ins=list(bench.BENCH_STAND_INS),
+                                module=bench.host_bench.BENCH_MODULE)
+    return [sys.executable, "-c", code]
+bench.bench_command = bench_command
+real_load_lane, real_write_run = command.load_lane, bench.write_run
+command.load_lane = lambda name: dataclasses.replace(real_load_lane(name), sglang=VERSION)
+def write_run(directory, run):
+    run.meta["bench_from"] = f"the device bundle (sglang {VERSION}, {SITE}) with the device python3, beside the server"
+    run.meta["lane"] = "none: the bundle above, not a lane validator venv"
+    return real_write_run(directory, run)
+bench.write_run = write_run
+sys.exit(cli.main(sys.argv[1:]))
+'
 bench_step() {
   if ! cli bench --help > /dev/null 2>&1; then
     echo "sglang-deploy bench is not in this checkout's CLI: skipped"; return 0
   fi
-  SGLANG_API_KEY=$(api_key) bounded 150 bash -c "cd '$ROOT' && PYTHONPATH='$ROOT/src:$ROOT/module_utils:/opt/sglang-bundle/tools' python3 -m sglang_deploy.cli bench --endpoint '$URL' --model '$MODEL' --tokenizer /var/lib/sglang/models/tiny-llama-trained --concurrency 1,8 --input-len 256 --output-len 128 --out '$R/h200/bench'" \
+  # The tiny model's context is 2,048 tokens: 1,024 in + 512 out (the command's defaults) fit. The sweep is
+  # the default (1,8,16,32,64, topped by the unit's --max-running-requests 64); each step is cut at
+  # REAL_SGLANG_BENCH_STEP_S so that a slow one fails alone and the report is still written.
+  SGLANG_API_KEY=$(api_key) bounded "${REAL_SGLANG_BENCH_S:-300}" bash -c "cd '$ROOT' && PYTHONPATH='$ROOT/src:$ROOT/module_utils:/opt/sglang-bundle/tools' python3 -c \"\$0\" bench --endpoint '$URL' --model '$MODEL' --tokenizer /var/lib/sglang/models/tiny-llama-trained --input-len 1024 --output-len 512 --step-timeout ${REAL_SGLANG_BENCH_STEP_S:-55} --out '$R/h200/bench'" "$BENCH_WRAPPER" \
     > "$R/h200/bench.txt" 2>&1
-  local rc=$?; tail -15 "$R/h200/bench.txt"; return $rc
+  local rc=$?; tail -25 "$R/h200/bench.txt"
+  mkdir -p "$OUT/bench"
+  find "$R/h200/bench" -type f \( -name results.jsonl -o -name report.md -o -name bench.png -o -name sweep.json \) \
+    -exec cp {} "$OUT/bench/" \; 2>/dev/null
+  cp "$R/h200/bench.txt" "$OUT/bench/" 2>/dev/null
+  return $rc
 }
 
 doctor_all() {
@@ -228,12 +264,13 @@ device() {
     [ "${REAL_SGLANG_BENCH:-0}" = 1 ] && phase "bench h200" bench_step
   fi
   stop_server h200
-  if phase "ready h200-untrained" serve h200-untrained 180; then
+  if wanted h200-untrained && phase "ready h200-untrained" serve h200-untrained 180; then
     phase "verify h200-untrained: gate fails" suite h200-untrained
   fi
   stop_server h200-untrained
   for host in h200-mem070 h200-mem092; do
-    if (( $(left) > 120 )); then phase "ready $host" serve "$host" 150; stop_server "$host"
+    if ! wanted "$host"; then note "$host: left out (REAL_SGLANG_HOSTS)"
+    elif (( $(left) > 120 )); then phase "ready $host" serve "$host" 150; stop_server "$host"
     else note "$host: skipped (budget)"; fi
   done
   phase doctor-on-every-log doctor_all
