@@ -119,6 +119,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "verify",
     "rebuild",
     "bench",
+    "rollout",
 )
 
 

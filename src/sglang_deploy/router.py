@@ -1,0 +1,220 @@
+"""sglang-router (the pinned Rust router from PyPI) in front of several sglang workers: the router's
+command line, the worker URLs taken from the inventory, the workers' in-flight count for a drain, and
+the Prometheus file_sd targets. The sglang_router role and playbooks/rolling.yml call these through
+``filter_plugins/sglang_router.py``; the rules live here once, with unit tests.
+
+Checked against sglang-router 0.3.2 (``python -m sglang_router.launch_router --help`` and its HTTP
+API): ``--worker-urls URL...``, ``--policy {random,round_robin,cache_aware,power_of_two,manual}``,
+``--health-check-interval-secs`` and friends, ``--request-timeout-secs``, ``--prometheus-host/-port``;
+the worker API is ``GET /workers`` (``{"workers": [{"id", "url", "is_healthy", "load", ...}]}``),
+``POST /workers`` ``{"url": ...}`` and ``DELETE /workers/<id>`` (both answer 202 and act in the
+background), all behind the router's API key; ``/health``, ``/liveness`` and ``/readiness``
+(``{"status": "ready", "healthy_workers", "total_workers"}``, 503 without a healthy worker) are open.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
+"""sglang-router 0.3.2's --policy choices."""
+
+SECRET_FLAGS = frozenset(
+    {"api-key", "control-plane-api-keys", "oracle-password", "postgres-db-url", "redis-url", "client-key-path"}
+)
+"""Flags whose value is a secret (or a URL that usually carries one): never in the unit's argv."""
+
+DEFAULT_WORKER_PORT = 30000
+"""sglang's own --port default, used when a worker's flags name no port."""
+
+
+class RouterConfigError(ValueError):
+    """A router setting that cannot be turned into a safe command line."""
+
+
+def _bracket(address: str) -> str:
+    try:
+        if isinstance(ipaddress.ip_address(address), ipaddress.IPv6Address):
+            return f"[{address}]"
+    except ValueError:
+        pass
+    return address
+
+
+def worker_url(hostname: str, host_vars: Mapping[str, Any]) -> str:
+    """A worker's URL as the router reaches it: its ``sglang_router_worker_url`` when set, else
+    ``http://<ansible_host or name>:<port>`` with the port of its merged sglang_server flags."""
+    explicit = host_vars.get("sglang_router_worker_url")
+    if explicit:
+        url = str(explicit).rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            raise RouterConfigError(f"{hostname}: sglang_router_worker_url {url!r} is not an http(s):// URL")
+        return url
+    flags: dict[str, Any] = dict(host_vars.get("sglang_server_flags") or {})
+    flags.update(host_vars.get("sglang_server_flags_override") or {})
+    port = flags.get("port")
+    port = DEFAULT_WORKER_PORT if port is None else port
+    if isinstance(port, bool) or not str(port).isdigit() or not 1 <= int(port) <= 65535:
+        raise RouterConfigError(f"{hostname}: worker port {port!r} is not a port (1-65535)")
+    address = str(host_vars.get("sglang_router_worker_address") or host_vars.get("ansible_host") or hostname)
+    return f"http://{_bracket(address)}:{int(port)}"
+
+
+def worker_urls(hostnames: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One URL per worker host, in inventory order; two hosts with one URL is a mistake."""
+    urls = [worker_url(name, hostvars.get(name) or {}) for name in hostnames]
+    duplicates = sorted({u for u in urls if urls.count(u) > 1})
+    if duplicates:
+        raise RouterConfigError(f"several workers share a URL: {', '.join(duplicates)}")
+    return urls
+
+
+def _systemd_word(word: str) -> str:
+    """One argv word quoted for ExecStart= (double quotes, with systemd's escapes)."""
+    if any(c in word for c in "\n\r\0"):
+        raise RouterConfigError(f"a router argument holds a control character: {word!r}")
+    escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def flag_argv(flags: Mapping[str, Any]) -> list[str]:
+    """A flag mapping (name -> value; True = bare switch; False/None = left out; list = several
+    values) as router argv, in the mapping's order. Secret flags are refused."""
+    argv: list[str] = []
+    for raw_name, value in flags.items():
+        name = str(raw_name).removeprefix("--").replace("_", "-")
+        if name in SECRET_FLAGS:
+            raise RouterConfigError(
+                f"--{name} must not be a flag: a secret in argv is visible to every local user "
+                "(the API key is sglang_router_api_key, handed over in-process)"
+            )
+        if value is None or value is False:
+            continue
+        if value is True:
+            argv.append(f"--{name}")
+        elif isinstance(value, (list, tuple)):
+            if not value:
+                continue
+            argv.append(f"--{name}")
+            argv.extend(str(v) for v in value)
+        elif isinstance(value, Mapping):
+            raise RouterConfigError(f"--{name}: a mapping is not a flag value")
+        else:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise RouterConfigError(f"--{name}: {value} is not a number a router accepts")
+            argv.extend([f"--{name}", str(value)])
+    return argv
+
+
+def router_flags(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The role's settings (without the sglang_router_ prefix) as the router's flags."""
+    policy = settings["policy"]
+    if policy not in POLICIES:
+        raise RouterConfigError(f"policy {policy!r} is not one of {', '.join(POLICIES)}")
+    urls = list(settings["worker_urls"])
+    if not urls:
+        raise RouterConfigError("no worker URLs: the worker group is empty and sglang_router_worker_urls is []")
+    flags: dict[str, Any] = {
+        "host": settings["host"],
+        "port": settings["port"],
+        "worker-urls": urls,
+        "policy": policy,
+        "health-check-interval-secs": settings["health_check_interval_secs"],
+        "health-check-timeout-secs": settings["health_check_timeout_secs"],
+        "health-failure-threshold": settings["health_failure_threshold"],
+        "health-success-threshold": settings["health_success_threshold"],
+        "health-check-endpoint": settings["health_check_endpoint"],
+        "request-timeout-secs": settings["request_timeout_secs"],
+        "shutdown-grace-period-secs": settings["shutdown_grace_period_secs"],
+        "worker-startup-timeout-secs": settings["worker_startup_timeout_secs"],
+        "prometheus-host": settings["prometheus_host"],
+        "prometheus-port": settings["prometheus_port"],
+        "log-level": settings["log_level"],
+    }
+    for name, value in (settings.get("extra_flags") or {}).items():
+        key = str(name).removeprefix("--").replace("_", "-")
+        if value is None:
+            flags.pop(key, None)
+        else:
+            flags[key] = value
+    return flags
+
+
+def exec_args(settings: Mapping[str, Any]) -> str:
+    """The router's argv for ExecStart=, each word quoted for systemd."""
+    return " ".join(_systemd_word(w) for w in flag_argv(router_flags(settings)))
+
+
+def is_loopback(address: str) -> bool:
+    if address in ("localhost", ""):
+        return address == "localhost"
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def exposure_problem(host: str, api_key: str, allow_unauthenticated: bool) -> str | None:
+    """Why this router would be an open endpoint, or None."""
+    if api_key or allow_unauthenticated or is_loopback(host):
+        return None
+    return (
+        f"the router would listen on {host} without an API key: anyone who reaches it can generate and "
+        "add or remove workers. Set sglang_router_api_key (vault), bind 127.0.0.1, or set "
+        "sglang_router_allow_unauthenticated: true on purpose"
+    )
+
+
+def in_flight(load: Any) -> int:
+    """Requests a worker still holds, from sglang's ``GET /get_load`` (a list of GetLoadReqOutput,
+    one per data-parallel rank, or one such dict): the sum of num_reqs + num_waiting_reqs."""
+    ranks = load if isinstance(load, list) else [load]
+    total = 0
+    for rank in ranks:
+        if not isinstance(rank, Mapping):
+            raise ValueError(f"not a /get_load answer: {load!r}")
+        for key in ("num_reqs", "num_waiting_reqs"):
+            value = rank.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"not a /get_load answer ({key}={value!r}): {load!r}")
+            total += value
+    return total
+
+
+def worker_entry(workers_answer: Any, url: str) -> dict[str, Any] | None:
+    """The router's entry for ``url`` in its ``GET /workers`` answer, or None."""
+    if not isinstance(workers_answer, Mapping) or not isinstance(workers_answer.get("workers"), list):
+        raise ValueError(f"not a /workers answer: {workers_answer!r}")
+    wanted = url.rstrip("/")
+    for worker in workers_answer["workers"]:
+        if isinstance(worker, Mapping) and str(worker.get("url", "")).rstrip("/") == wanted:
+            return dict(worker)
+    return None
+
+
+def _target(url_or_host: str, port: Any = None) -> str:
+    if port is None:
+        rest = url_or_host.split("://", 1)[-1]
+        return rest.split("/", 1)[0]
+    return f"{_bracket(url_or_host)}:{int(port)}"
+
+
+def file_sd(
+    workers: Mapping[str, str],
+    routers: Mapping[str, tuple[str, Any]],
+    labels: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Prometheus file_sd groups: each worker (name -> URL; sglang serves /metrics on its own port
+    with --enable-metrics) and each router's metrics port (name -> (address, port))."""
+    common = dict(labels or {})
+    groups: list[dict[str, Any]] = []
+    for name, url in workers.items():
+        groups.append({"targets": [_target(url)], "labels": {**common, "job": "sglang-worker", "instance_name": name}})
+    for name, (address, port) in routers.items():
+        groups.append(
+            {"targets": [_target(address, port)], "labels": {**common, "job": "sglang-router", "instance_name": name}}
+        )
+    return groups
