@@ -3,7 +3,7 @@
 ``sglang-deploy up`` is ``ansible-playbook site.yml`` plus this view: per host the task it is on and
 its ok/changed/failed counts, failure messages as they happen, a recap at the end (Ansible's own
 counts, and the testinfra results when the run verified hosts), the exit status non-zero on any
-failure, and the run's artifacts kept under ``artifacts/<time>-<command>/`` for later reading.
+failure, and the run's artifacts kept under ``artifacts/runs/<UTC time>-<command>-<id>/`` for later reading.
 """
 
 from __future__ import annotations
