@@ -23,13 +23,23 @@ def _call(func: Any, *args: Any, **kwargs: Any) -> Any:
         raise AnsibleFilterError(str(err)) from None
 
 
+def _worker_vars(host_vars: Any) -> dict[str, Any]:
+    """Only what a worker's URL is made of, read key by key: a worker's other variables (its flags'
+    model path from the sglang_common role's defaults) cannot be templated from a router's play."""
+    picked: dict[str, Any] = {}
+    for name in router.WORKER_URL_VARS:
+        if name in host_vars:
+            picked[name] = host_vars[name]
+    return picked
+
+
 def sglang_router_worker_urls(hostnames: Any, hostvars: Any) -> list[str]:
     """groups['sglang_servers'] | sglang_router_worker_urls(hostvars)."""
-    return _call(router.worker_urls, list(hostnames), {h: dict(hostvars[h]) for h in hostnames})
+    return _call(router.worker_urls, list(hostnames), {h: _worker_vars(hostvars[h]) for h in hostnames})
 
 
 def sglang_router_worker_url(hostname: str, hostvars: Any) -> str:
-    return _call(router.worker_url, hostname, dict(hostvars[hostname]))
+    return _call(router.worker_url, hostname, _worker_vars(hostvars[hostname]))
 
 
 def sglang_router_exec_args(settings: dict[str, Any]) -> str:

@@ -44,6 +44,13 @@ def _bracket(address: str) -> str:
     return address
 
 
+# The variables of a worker host its URL is made of (the filters read only these).
+WORKER_URL_VARS = (
+    "sglang_router_worker_url", "sglang_server_flags", "sglang_server_flags_override",
+    "sglang_router_worker_address", "ansible_host",
+)  # fmt: skip
+
+
 def worker_url(hostname: str, host_vars: Mapping[str, Any]) -> str:
     """A worker's URL as the router reaches it: its ``sglang_router_worker_url`` when set, else
     ``http://<ansible_host or name>:<port>`` with the port of its merged sglang_server flags."""
@@ -53,9 +60,9 @@ def worker_url(hostname: str, host_vars: Mapping[str, Any]) -> str:
         if not url.startswith(("http://", "https://")):
             raise RouterConfigError(f"{hostname}: sglang_router_worker_url {url!r} is not an http(s):// URL")
         return url
-    flags: dict[str, Any] = dict(host_vars.get("sglang_server_flags") or {})
-    flags.update(host_vars.get("sglang_server_flags_override") or {})
-    port = flags.get("port")
+    # The port alone, the override first: the flags' other values need not template here.
+    override = host_vars.get("sglang_server_flags_override") or {}
+    port = override["port"] if "port" in override else (host_vars.get("sglang_server_flags") or {}).get("port")
     port = DEFAULT_WORKER_PORT if port is None else port
     if isinstance(port, bool) or not str(port).isdigit() or not 1 <= int(port) <= 65535:
         raise RouterConfigError(f"{hostname}: worker port {port!r} is not a port (1-65535)")

@@ -609,7 +609,7 @@ def progress_to(callback: Callable[[str], None]) -> Iterator[None]:
         _progress = previous
 
 
-def _say(message: str) -> None:
+def say(message: str) -> None:
     _progress(f"{PROGRESS_PREFIX}{message}")
 
 
@@ -647,7 +647,7 @@ def _python_version(python: str) -> str:
         ) from exc
 
 
-def _cache_root(cache_dir: Path | None) -> Path:
+def cache_root(cache_dir: Path | None) -> Path:
     root = cache_dir or os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "sglang-deploy"
     return Path(root).expanduser()
 
@@ -664,21 +664,21 @@ def ensure_validator_env(lane: Lane, cache_dir: Path | None = None) -> Path:
     concurrent or failed build never leaves a half-built venv at the final path.
     """
     spec = build_spec(lane, os.environ)
-    final = _cache_root(cache_dir) / "validators" / f"sglang-{spec.sglang}-py{spec.python_version}"
+    final = cache_root(cache_dir) / "validators" / f"sglang-{spec.sglang}-py{spec.python_version}"
     final.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(final.with_name(final.name + ".lock")):
+    with exclusive_lock(final.with_name(final.name + ".lock")):
         if not spec.matches(_read_marker(final)) or not _venv_python(final).exists():
             _build(spec, final, lane.validator.stand_ins)
     return final
 
 
 @contextlib.contextmanager
-def _exclusive_lock(path: Path) -> Iterator[None]:
+def exclusive_lock(path: Path) -> Iterator[None]:
     with path.open("a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            _say(f"waiting for another process to finish building {path.stem} ...")
+            say(f"waiting for another process to finish building {path.stem} ...")
             fcntl.flock(handle, fcntl.LOCK_EX)
         yield
 
@@ -702,21 +702,21 @@ def _build(spec: BuildSpec, final: Path, stand_ins: Sequence[str]) -> None:
     """Build into a temporary sibling, check it, then swap it in (see ensure_validator_env)."""
     for leftover in final.parent.glob(f".{final.name}.*"):  # from a killed build; we hold the lock
         shutil.rmtree(leftover, ignore_errors=True)
-    _say(f"building the sglang {spec.sglang} flag validator in {final} (once; about two minutes)")
+    say(f"building the sglang {spec.sglang} flag validator in {final} (once; about two minutes)")
     started = time.monotonic()
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".building", dir=final.parent))
     try:
-        _run_step(f"creating a venv with {spec.python}", [spec.python, "-m", "venv", str(staging)])
+        run_step(f"creating a venv with {spec.python}", [spec.python, "-m", "venv", str(staging)])
         source = _install_torch(spec, staging)
         # sglang's import dependencies, then sglang itself without its (GPU) dependencies; after
         # torch, so nothing here pulls the CUDA build.
         pip = _pip_install(staging)
-        _run_step(f"installing {len(spec.packages)} import dependencies", [*pip, *spec.packages])
-        _run_step(
+        run_step(f"installing {len(spec.packages)} import dependencies", [*pip, *spec.packages])
+        run_step(
             f"installing sglang=={spec.sglang} (--no-deps)",
             [*pip, "--no-deps", f"sglang=={spec.sglang}"],
         )
-        _say("checking that sglang's parser loads")
+        say("checking that sglang's parser loads")
         answer = _run_probe(_venv_python(staging), [], [], stand_ins)
         if answer.sglang_version != spec.sglang:
             raise ValidatorError(
@@ -724,10 +724,10 @@ def _build(spec: BuildSpec, final: Path, stand_ins: Sequence[str]) -> None:
             )
         marker = {**spec.marker(), _MARKER_TORCH_SOURCE: source.label}
         (staging / _MARKER).write_text(json.dumps(marker, indent=2), encoding="utf-8")
-        _swap_in(staging, final)
+        swap_in(staging, final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    _say(f"validator ready in {time.monotonic() - started:.0f} s (torch from {source.label})")
+    say(f"validator ready in {time.monotonic() - started:.0f} s (torch from {source.label})")
 
 
 def _pip_install(venv: Path) -> list[str]:
@@ -755,7 +755,7 @@ def _install_torch(spec: BuildSpec, venv: Path) -> TorchSource:
             reason = f"pip failed (exit {failed.returncode}): {_pip_error(failed.stdout)}"
         attempts.append(f"  {number}. {source.label}: {reason}")
         more = "; trying the next source" if number < len(sources) else ""
-        _say(f"  torch source {number}/{len(sources)}, {source.label}: not used, {reason}{more}")
+        say(f"  torch source {number}/{len(sources)}, {source.label}: not used, {reason}{more}")
     if spec.torch_explicit:
         fix = (
             f"correct {ENV_TORCH} / {ENV_TORCH_INDEX}, or unset both to let the validator find "
@@ -777,7 +777,7 @@ def _install_torch(spec: BuildSpec, venv: Path) -> TorchSource:
     )
 
 
-def _run_step(step: str, command: list[str]) -> None:
+def run_step(step: str, command: list[str]) -> None:
     failed = _try_step(step, command)
     if failed is not None:
         raise ValidatorError(
@@ -789,14 +789,14 @@ def _run_step(step: str, command: list[str]) -> None:
 def _try_step(step: str, command: list[str]) -> subprocess.CompletedProcess[str] | None:
     """Run one build command with progress lines: None when it worked, else the failed run
     (stdout holds its output, stderr included)."""
-    _say(f"  {step} ...")
+    say(f"  {step} ...")
     started = time.monotonic()
     done = subprocess.run(
         command, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     if done.returncode != 0:
         return done
-    _say(f"  {step}: done in {time.monotonic() - started:.0f} s")
+    say(f"  {step}: done in {time.monotonic() - started:.0f} s")
     return None
 
 
@@ -806,7 +806,7 @@ def _pip_error(output: str) -> str:
     return next((line for line in lines if line.startswith("ERROR:")), lines[-1])
 
 
-def _swap_in(staging: Path, final: Path) -> None:
+def swap_in(staging: Path, final: Path) -> None:
     """Replace ``final`` by ``staging`` with renames, so readers see the old or the new venv."""
     if final.exists():
         retired = final.with_name(f".{final.name}.{os.getpid()}.retired")

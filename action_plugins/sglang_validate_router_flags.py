@@ -1,0 +1,71 @@
+"""Action ``sglang_validate_router_flags``: the routers' flags through the pinned sglang-router's parser.
+
+Runs on the control node (an action plugin: nothing is sent to a host), before the router role
+changes anything. Hosts with the same flags are checked once. Fails with every problem of every
+host, each naming the host, argparse's complaint and the variable to fix.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+try:
+    from sglang_deploy.router import RouterConfigError, flag_argv, router_flags
+    from sglang_deploy.router_validator import validate_router_argv
+    from sglang_deploy.validator import ValidatorError, progress_to
+except ImportError as exc:
+    raise ImportError(
+        "the sglang_deploy package is not importable by this Ansible's Python. "
+        "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
+    ) from exc
+
+
+display = Display()
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("hosts", "lock_dir"))
+
+    def run(self, tmp: Any = None, task_vars: Any = None) -> dict[str, Any]:
+        with progress_to(display.display):
+            return self._validate(super().run(tmp, task_vars))
+
+    def _validate(self, result: dict[str, Any]) -> dict[str, Any]:
+        hosts: dict[str, Any] = dict(self._task.args.get("hosts") or {})
+        if not hosts:
+            return {**result, "failed": True, "msg": "sglang_validate_router_flags: no hosts to validate"}
+        python = f"{sys.version_info.major}.{sys.version_info.minor}"
+        lock = Path(str(self._task.args.get("lock_dir") or "")) / f"sglang-router-py{python}.txt"
+        if not lock.is_file():
+            return {**result, "failed": True, "msg": (
+                f"no router lock for this control node's Python {python} ({lock}): the router's flags are checked "
+                f"with the pinned router here. Fix: run Ansible from a Python the locks cover, or add the lock "
+                f"(the command is in the header of the others)"
+            )}  # fmt: skip
+        errors: list[str] = []
+        verdicts: dict[tuple[str, ...], Any] = {}
+        checked: dict[str, str] = {}
+        for host, settings in hosts.items():
+            try:
+                argv = tuple(flag_argv(router_flags(settings)))
+            except (RouterConfigError, KeyError, TypeError) as err:
+                errors.append(f"host {host}: sglang_router_*: {err}")
+                continue
+            try:
+                if argv not in verdicts:
+                    verdicts[argv] = validate_router_argv(argv, lock)
+            except ValidatorError as err:
+                return {**result, "failed": True, "msg": f"cannot validate the router flags of {host}: {err}"}
+            verdict = verdicts[argv]
+            checked[host] = f"sglang-router {verdict.version}"
+            if verdict.error:
+                errors.append(verdict.format(host))
+        if errors:
+            return {**result, "failed": True, "msg": "\n".join(errors), "checked": checked}
+        return {**result, "changed": False, "checked": checked, "msg": f"{len(checked)} router(s) valid"}
