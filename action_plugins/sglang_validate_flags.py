@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.plugins.action import ActionBase
-from ansible.utils.display import Display
-
 try:
     from sglang_deploy.lanes import LaneError, load_lane
+    from sglang_deploy.validate_action import ValidateAction
     from sglang_deploy.validator import (
-        ValidatorError, ensure_validator_env, progress_to, torch_source, validate_flags,
+        ValidatorError, ensure_validator_env, torch_source, validate_flags,
     )  # fmt: skip
 except ImportError as exc:
     raise ImportError(
@@ -24,20 +22,10 @@ except ImportError as exc:
     ) from exc
 
 
-display = Display()
-
-
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(ValidateAction):
     _VALID_ARGS = frozenset(("hosts",))
 
-    def run(self, tmp: Any = None, task_vars: Any = None) -> dict[str, Any]:
-        # The first run builds the validator venv (minutes): its progress goes through Ansible's
-        # Display, which shows it live (a worker's stderr would become one late, truncated warning).
-        with progress_to(display.display):
-            return self._validate(super().run(tmp, task_vars))
-
-    def _validate(self, result: dict[str, Any]) -> dict[str, Any]:
+    def validate(self, result: dict[str, Any]) -> dict[str, Any]:
         hosts: dict[str, Any] = dict(self._task.args.get("hosts") or {})
         if not hosts:
             return {**result, "failed": True, "msg": "sglang_validate_flags: no hosts to validate"}

@@ -11,13 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ansible.plugins.action import ActionBase
-from ansible.utils.display import Display
-
 try:
     from sglang_deploy.router import RouterConfigError, flag_argv, router_flags
     from sglang_deploy.router_validator import validate_router_argv
-    from sglang_deploy.validator import ValidatorError, progress_to
+    from sglang_deploy.validate_action import ValidateAction
+    from sglang_deploy.validator import ValidatorError
 except ImportError as exc:
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "
@@ -25,18 +23,10 @@ except ImportError as exc:
     ) from exc
 
 
-display = Display()
-
-
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+class ActionModule(ValidateAction):
     _VALID_ARGS = frozenset(("hosts", "lock_dir"))
 
-    def run(self, tmp: Any = None, task_vars: Any = None) -> dict[str, Any]:
-        with progress_to(display.display):
-            return self._validate(super().run(tmp, task_vars))
-
-    def _validate(self, result: dict[str, Any]) -> dict[str, Any]:
+    def validate(self, result: dict[str, Any]) -> dict[str, Any]:
         hosts: dict[str, Any] = dict(self._task.args.get("hosts") or {})
         if not hosts:
             return {**result, "failed": True, "msg": "sglang_validate_router_flags: no hosts to validate"}

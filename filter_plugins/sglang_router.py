@@ -64,6 +64,15 @@ def sglang_router_worker_entry_healthy(url: str, answer: Any) -> bool:
     return bool(entry and entry.get("is_healthy") is True)
 
 
+def sglang_router_circuits_closed(urls: Any, metrics_text: Any) -> bool:
+    """Whether the router's circuit breaker is closed for every URL (its Prometheus text)."""
+    return _call(router.circuits_closed, list(urls), str(metrics_text))
+
+
+def sglang_router_circuit_states(metrics_text: Any) -> dict[str, int]:
+    return _call(router.circuit_states, str(metrics_text))
+
+
 def sglang_router_file_sd(workers: dict[str, str], routers: dict[str, Any], labels: Any = None) -> list[dict[str, Any]]:
     return _call(router.file_sd, workers, {k: tuple(v) for k, v in routers.items()}, labels)
 
@@ -78,5 +87,7 @@ class FilterModule:
             "sglang_router_in_flight": sglang_router_in_flight,
             "sglang_router_worker_entry": sglang_router_worker_entry,
             "sglang_router_worker_entry_healthy": sglang_router_worker_entry_healthy,
+            "sglang_router_circuits_closed": sglang_router_circuits_closed,
+            "sglang_router_circuit_states": sglang_router_circuit_states,
             "sglang_router_file_sd": sglang_router_file_sd,
         }

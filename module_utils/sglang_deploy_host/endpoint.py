@@ -139,6 +139,8 @@ class Target:
     url: str
     model: str
     api_key: str = field(default="", repr=False)
+    # Whether the server runs with --enable-metrics (GET /metrics); None: not known (a bare URL).
+    metrics: Optional[bool] = None
 
 
 def target_from_render(unit_text: str, env_text: str, connect_host: Optional[str] = None) -> Target:
@@ -155,7 +157,17 @@ def target_from_render(unit_text: str, env_text: str, connect_host: Optional[str
         key = values[name]
     elif isinstance(flags.get("api-key"), str):
         key = str(flags["api-key"])
-    return Target(base_url(flags, connect_host), served_model_name(flags), key)
+    return Target(base_url(flags, connect_host), served_model_name(flags), key, metrics=flags.get("enable-metrics") is True)
+
+
+def metric_names(exposition: str) -> set[str]:
+    """The metric names in a Prometheus text exposition (``# HELP``/``# TYPE`` lines and samples)."""
+    names = set()
+    for line in exposition.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            names.add(line.split("{", 1)[0].split(" ", 1)[0])
+    return names
 
 
 # -- HTTP --------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -176,17 +177,26 @@ def exposure_problem(host: str, api_key: str, allow_unauthenticated: bool) -> st
 
 
 def in_flight(load: Any) -> int:
-    """Requests a worker still holds, from sglang's ``GET /get_load`` (a list of GetLoadReqOutput,
-    one per data-parallel rank, or one such dict): the sum of num_reqs + num_waiting_reqs."""
-    ranks = load if isinstance(load, list) else [load]
+    """Requests a worker still holds: running + waiting over its data-parallel ranks.
+
+    Reads sglang's ``GET /v1/loads`` answer (``{"loads": [{"num_running_reqs", "num_waiting_reqs",
+    ...}, ...], "aggregate": ...}``, srt/entrypoints/v1_loads.py, what the rollout asks) and the
+    deprecated ``GET /get_load`` one (a list of ``{"num_reqs", "num_waiting_reqs", ...}``, one per rank,
+    or one such dict) of older workers."""
+    if isinstance(load, Mapping) and "loads" in load:
+        ranks, keys = load["loads"], ("num_running_reqs", "num_waiting_reqs")
+        if not isinstance(ranks, list):
+            raise ValueError(f"not a /v1/loads answer: {load!r}")
+    else:
+        ranks, keys = (load if isinstance(load, list) else [load]), ("num_reqs", "num_waiting_reqs")
     total = 0
     for rank in ranks:
         if not isinstance(rank, Mapping):
-            raise ValueError(f"not a /get_load answer: {load!r}")
-        for key in ("num_reqs", "num_waiting_reqs"):
+            raise ValueError(f"not a /v1/loads or /get_load answer: {load!r}")
+        for key in keys:
             value = rank.get(key, 0)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"not a /get_load answer ({key}={value!r}): {load!r}")
+                raise ValueError(f"not a /v1/loads or /get_load answer ({key}={value!r}): {load!r}")
             total += value
     return total
 
@@ -200,6 +210,30 @@ def worker_entry(workers_answer: Any, url: str) -> dict[str, Any] | None:
         if isinstance(worker, Mapping) and str(worker.get("url", "")).rstrip("/") == wanted:
             return dict(worker)
     return None
+
+
+# smg_worker_cb_state{worker="http://10.0.0.1:8000"} 1 (sglang-router 0.3.2; 0 closed, 1 open, 2 half-open).
+_CB_STATE = re.compile(r'^[a-z_:]*worker_cb_state\{(?:[^}]*,)?worker="(?P<url>[^"]+)"[^}]*\}\s+(?P<value>[0-9.eE+-]+)\s*$')
+
+
+def circuit_states(metrics_text: str) -> dict[str, int]:
+    """Worker URL -> the router's circuit breaker state for it (0 closed, 1 open: requests refused,
+    2 half-open: on trial), from the router's Prometheus text (its --prometheus-port)."""
+    states: dict[str, int] = {}
+    for line in metrics_text.splitlines():
+        match = _CB_STATE.match(line.strip())
+        if match:
+            states[match["url"].rstrip("/")] = int(float(match["value"]))
+    return states
+
+
+def circuits_closed(urls: list[str], metrics_text: str) -> bool:
+    """Whether the router takes requests for every URL at full rate: its circuit is closed. A worker
+    the router is healthy with can still have its circuit open (for --cb-timeout-duration-secs after
+    a crash): taking the others out then leaves the router nothing to send to. A URL without the
+    metric (circuit breaker disabled, another router version) counts as closed."""
+    states = circuit_states(metrics_text)
+    return all(states.get(url.rstrip("/"), 0) == 0 for url in urls)
 
 
 def _target(url_or_host: str, port: Any = None) -> str:

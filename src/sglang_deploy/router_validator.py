@@ -15,13 +15,12 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from sglang_deploy.validator import ValidatorError, cache_root, exclusive_lock, run_step, say, swap_in
+from sglang_deploy.validator import ValidatorError, cache_root, exclusive_lock, new_staging, run_step, say, swap_in
 
 # What the probe prints for a clean parse; argparse's error text otherwise.
 _PROBE = r"""
@@ -87,11 +86,9 @@ def ensure_router_validator(lock: Path, cache_dir: Path | None = None) -> Path:
 
 
 def _build(lock: Path, version: str, final: Path) -> None:
-    for leftover in final.parent.glob(f".{final.name}.*"):  # from a killed build; we hold the lock
-        shutil.rmtree(leftover, ignore_errors=True)
     say(f"building the sglang-router {version} flag validator in {final} (once; seconds)")
     started = time.monotonic()
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".building", dir=final.parent))
+    staging = new_staging(final)
     try:
         run_step(f"creating a venv with {sys.executable}", [sys.executable, "-m", "venv", str(staging)])
         run_step(

@@ -698,13 +698,19 @@ def torch_source(env: Path) -> str | None:
     return source if isinstance(source, str) else None
 
 
+def new_staging(final: Path) -> Path:
+    """A new temporary sibling of ``final`` to build into, after removing what killed builds left
+    (the caller holds ``final``'s lock, so no build is running)."""
+    for leftover in final.parent.glob(f".{final.name}.*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".building", dir=final.parent))
+
+
 def _build(spec: BuildSpec, final: Path, stand_ins: Sequence[str]) -> None:
     """Build into a temporary sibling, check it, then swap it in (see ensure_validator_env)."""
-    for leftover in final.parent.glob(f".{final.name}.*"):  # from a killed build; we hold the lock
-        shutil.rmtree(leftover, ignore_errors=True)
     say(f"building the sglang {spec.sglang} flag validator in {final} (once; about two minutes)")
     started = time.monotonic()
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".building", dir=final.parent))
+    staging = new_staging(final)
     try:
         run_step(f"creating a venv with {spec.python}", [spec.python, "-m", "venv", str(staging)])
         source = _install_torch(spec, staging)

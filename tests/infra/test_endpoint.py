@@ -101,6 +101,20 @@ def test_api_key_is_enforced_as_configured(server: ep.Endpoint, target: ep.Targe
         assert anonymous.get("/v1/models").status == 200, "no API key configured, yet the server refuses"
 
 
+def test_metrics_are_served_as_configured(server: ep.Endpoint, target: ep.Target) -> None:
+    # sglang serves /metrics (Prometheus text) with --enable-metrics, outside its API key check like
+    # /health; without the flag the route does not exist. A bare --sglang-endpoint: either, well formed.
+    answer = ep.Endpoint(server.url).get("/metrics")
+    if target.metrics is False:
+        assert answer.status == 404, f"--enable-metrics is not set, yet GET /metrics answers HTTP {answer.status}"
+        return
+    if target.metrics is None and answer.status == 404:
+        return
+    assert answer.status == 200, f"GET {server.url}/metrics: HTTP {answer.status} {answer.text[:200]!r}"
+    names = ep.metric_names(answer.text)
+    assert "sglang:num_running_reqs" in names, f"no sglang:num_running_reqs in /metrics: {sorted(names)[:20]}"
+
+
 def test_chat_completion_returns_content(server: ep.Endpoint, target: ep.Target) -> None:
     # max_tokens fitted to the context /v1/models reports (a 2,048-token model refuses 2,048 new tokens).
     context_len = ep.context_length(server, target.model)

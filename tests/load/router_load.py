@@ -5,7 +5,8 @@ total deadline, and write a JSON summary. Stdlib only.
 
 A request counts as OK only with status 200 and a complete stream (the ``data: [DONE]`` event); any
 other status, a cut stream, a timeout or a connection error is a failure, recorded with its time.
-The summary: sent, ok, failed, the failures (time, reason), and the per-second outcome counts, so a
+The summary: sent, ok, failed, latency of the OK requests (p50_s, p99_s, max_s: nearest rank), the
+failures (time, reason), and the per-second outcome counts, so a
 caller can say how long failures lasted after an event (``--mark NAME`` files hold a time stamp).
 
   router_load.py --url http://127.0.0.1:18510 --model m --key K --concurrency 8 \
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import os
 import sys
 import threading
@@ -95,6 +97,14 @@ def main(argv: list[str]) -> int:
     for began, _, problem in outcomes:
         slot = per_second.setdefault(int(began - start), [0, 0])
         slot[1 if problem else 0] += 1
+    latencies = sorted(e - b for b, e, p in outcomes if not p)
+
+    def percentile(q: float) -> float | None:
+        # Nearest rank over the requests that succeeded (None when none did).
+        if not latencies:
+            return None
+        return round(latencies[min(len(latencies) - 1, max(0, math.ceil(q * len(latencies)) - 1))], 3)
+
     summary: dict[str, Any] = {
         "url": args.url,
         "concurrency": args.concurrency,
@@ -103,12 +113,15 @@ def main(argv: list[str]) -> int:
         "sent": len(outcomes),
         "ok": len(outcomes) - len(failures),
         "failed": len(failures),
+        "p50_s": percentile(0.50),
+        "p99_s": percentile(0.99),
+        "max_s": round(latencies[-1], 3) if latencies else None,
         "failures": failures[:200],
         "per_second_ok_failed": {str(k): v for k, v in sorted(per_second.items())},
     }
     with open(args.out, "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=1)
-    print(json.dumps({k: summary[k] for k in ("sent", "ok", "failed", "seconds")}))
+    print(json.dumps({k: summary[k] for k in ("sent", "ok", "failed", "seconds", "p50_s", "p99_s")}))
     return 0
 
 

@@ -99,6 +99,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--reasoning-parser")
     parser.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
     parser.add_argument("--max-running-requests", type=int)
+    parser.add_argument("--enable-metrics", action="store_true")
     parser.add_argument("--standin-mode", choices=MODES, default=os.environ.get("SGLANG_STANDIN_MODE", "ok"))
     parser.add_argument("--standin-load-delay", type=float, default=_env_number("SGLANG_STANDIN_LOAD_DELAY", "2"))
     parser.add_argument("--standin-tokens-per-s", type=float, default=_env_number("SGLANG_STANDIN_TOKENS_PER_S", "0"))
@@ -223,6 +224,7 @@ class StandinState:
         self.pacer = Pacer(args.standin_tokens_per_s, args.standin_max_tokens_per_s, args.standin_ttft_ms / 1000.0)
         self._requests = itertools.count(1)
         self._count_lock = threading.Lock()
+        self.generations = 0
 
     @property
     def loading(self) -> bool:
@@ -232,7 +234,22 @@ class StandinState:
 
     def next_generation_number(self) -> int:
         with self._count_lock:
+            self.generations += 1
             return next(self._requests)
+
+    def metrics_text(self) -> str:
+        """Two of sglang's own metrics (srt/observability/metrics_collector.py names), labelled as it does."""
+        with self._count_lock:
+            served = self.generations
+        label = f'{{model_name="{self.served_name}"}}'
+        return (
+            "# HELP sglang:num_requests_total Number of requests processed.\n"
+            "# TYPE sglang:num_requests_total counter\n"
+            f"sglang:num_requests_total{label} {served}.0\n"
+            "# HELP sglang:num_running_reqs The number of running requests.\n"
+            "# TYPE sglang:num_running_reqs gauge\n"
+            f"sglang:num_running_reqs{label} 0.0\n"
+        )
 
     def answer_for(self, prompt: str) -> str:
         return GARBLE if self.args.standin_mode == "garble" else rule_answer(prompt)
@@ -377,6 +394,13 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
                 self._send(200, {"object": "list", "data": [card]})
             elif self.path == "/server_info":
                 self._send(200, state.server_info())
+            elif self.path == "/metrics" and state.args.enable_metrics:
+                data = state.metrics_text().encode("utf-8")
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
             else:
                 self._send(404, {"detail": "Not Found"})
 

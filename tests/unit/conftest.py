@@ -1,8 +1,13 @@
-"""Shared fixtures: the repository root and the seed 004 profile as the inventory holds it."""
+"""Shared fixtures: the repository root, the seed 004 profile as the inventory holds it, and the
+sglang HTTP stand-in as a process."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +23,49 @@ from seed_004 import (  # noqa: E402,F401  (re-exported for tests)
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+STANDIN = ROOT / "tests" / "standin" / "sglang_server_standin.py"
 PROFILE = ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers" / "sglang_server.yml"
 
 
 @pytest.fixture(scope="session")
 def profile() -> dict[str, Any]:
     return yaml.safe_load(PROFILE.read_text())
+
+
+class StandinProcess:
+    """tests/standin/sglang_server_standin.py on an ephemeral port of 127.0.0.1. Its output goes to a
+    file (a pipe nobody reads would fill up under a benchmark's requests and stall it)."""
+
+    def __init__(self, log: Path, *args: str) -> None:
+        self.log = log
+        self.proc = subprocess.Popen(
+            [sys.executable, str(STANDIN), "--host", "127.0.0.1", "--port", "0", *args],
+            stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 15
+        while not (match := re.search(r"on http://127\.0\.0\.1:(\d+)", log.read_text())):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise AssertionError(f"stand-in did not start within 15 s: {log.read_text()}")
+            time.sleep(0.05)
+        self.port = int(match.group(1))
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture()
+def standin(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StandinProcess]:
+    """The stand-in with the test module's STANDIN_ARGS, then the test's own (indirect parametrize)."""
+    args = (*getattr(request.module, "STANDIN_ARGS", ()), *getattr(request, "param", ()))
+    server = StandinProcess(tmp_path / "standin.log", *args)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT
-from test_bench_standin import Standin
+from conftest import StandinProcess as Standin
 
 from sglang_deploy import bench, cli, validator
 from sglang_deploy.lanes import DEFAULT_LANE, load_lane
@@ -59,7 +59,7 @@ def serve(tmp_path: Path) -> Iterator[Any]:
     started: list[Standin] = []
 
     def start(*args: str) -> Standin:
-        started.append(Standin(tmp_path / f"standin-{len(started)}.log", "--api-key", KEY, "--served-model-name", "tiny", *args))
+        started.append(Standin(tmp_path / f"standin-{len(started)}.log", "--standin-load-delay", "0", "--api-key", KEY, "--served-model-name", "tiny", *args))
         return started[-1]
 
     yield start

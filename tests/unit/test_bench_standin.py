@@ -7,56 +7,19 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import select
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT
+from conftest import StandinProcess as Standin
 
-STANDIN = ROOT / "tests" / "standin" / "sglang_server_standin.py"
 KEY = "standin-stream-key"
 
 
-class Standin:
-    """The stand-in on an ephemeral port; its access log goes to a file (a pipe nobody reads would
-    fill up under a benchmark's requests and stall it)."""
-
-    def __init__(self, log: Path, *args: str) -> None:
-        self.log = log
-        self.proc = subprocess.Popen(
-            [sys.executable, str(STANDIN), "--host", "127.0.0.1", "--port", "0", "--standin-load-delay", "0", *args],
-            stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 15
-        while not (match := re.search(r"on http://127\.0\.0\.1:(\d+)", log.read_text())):
-            assert time.monotonic() < deadline and self.proc.poll() is None, f"stand-in did not start: {log.read_text()}"
-            time.sleep(0.05)
-        self.port = int(match.group(1))
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-
-@pytest.fixture()
-def standin(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Standin]:
-    server = Standin(tmp_path / "standin.log", "--api-key", KEY, *getattr(request, "param", ()))
-    try:
-        yield server
-    finally:
-        server.stop()
+# Every stand-in here: ready at once, and clients send the key.
+STANDIN_ARGS = ("--standin-load-delay", "0", "--api-key", KEY)
 
 
 def post(server: Standin, path: str, body: dict[str, Any], key: str = KEY, timeout: float = 30) -> tuple[int, list[Any], list[float]]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import select
 import socketserver
 import subprocess
 import sys
@@ -24,47 +22,12 @@ from typing import Any
 
 import pytest
 from conftest import ROOT
+from conftest import StandinProcess as Standin
 
 from sglang_deploy_host import endpoint as ep
 from sglang_deploy_host.systemd import env_file_line
 
-STANDIN = ROOT / "tests" / "standin" / "sglang_server_standin.py"
 KEY = "unit-test-key"
-
-
-class Standin:
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(STANDIN), "--host", "127.0.0.1", "--port", "0", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], 15)
-        assert ready, "stand-in did not print its address within 15 s"
-        first = self.proc.stdout.readline()
-        match = re.search(r"on (http://127\.0\.0\.1:\d+)", first)
-        assert match, f"unexpected first line: {first!r}"
-        self.url = match.group(1)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-
-@pytest.fixture()
-def standin(request: pytest.FixtureRequest) -> Iterator[Standin]:
-    args = getattr(request, "param", ())
-    server = Standin(*args)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 OK_ARGS = ("--model-path", "org/Model-7B", "--served-model-name", "glm-5", "--api-key", KEY,
@@ -472,6 +435,17 @@ class ContextServer(BaseHTTPRequestHandler):
         if self.path.startswith("/health"):
             self._send(200, {})
             return
+        if self.path == "/metrics" and self.server.config.get("metrics"):
+            data = self.server.config["metrics"].encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        if self.path != "/v1/models":
+            # sglang without --enable-metrics (or any unknown route): FastAPI's 404.
+            self._send(404, {"detail": "Not Found"})
+            return
         card: dict[str, Any] = {"id": "glm-5", "object": "model", "owned_by": "sglang", "root": "glm-5"}
         if self.server.config.get("report", True):
             card["max_model_len"] = self.server.config["context"]
@@ -558,8 +532,16 @@ def test_verify_endpoint_passes_a_2048_token_server(serve: Callable[..., Server]
     fake = serve(ContextServer, context=2048, template=20, report=context is not None)
     proc = _verify(fake.url)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "6 passed" in proc.stdout, proc.stdout
+    assert "7 passed" in proc.stdout, proc.stdout
     assert all(seen["input"] + seen["max_tokens"] <= 2048 for seen in fake.seen if seen["status"] == 200)
+
+
+def test_verify_endpoint_fails_a_metrics_route_without_sglangs_metrics(serve: Callable[..., Server]) -> None:
+    # Something answers /metrics, but not sglang's Prometheus text (a proxy page, another exporter).
+    fake = serve(ContextServer, context=2048, template=20, metrics="<html>hello</html>\n")
+    proc = _verify(fake.url)
+    assert proc.returncode == 1 and "1 failed, 6 passed" in proc.stdout, proc.stdout
+    assert "test_metrics_are_served_as_configured" in proc.stdout and "sglang:num_running_reqs" in proc.stdout
 
 
 # -- wait-ready --------------------------------------------------------------------------------
@@ -616,11 +598,11 @@ def _verify(url: str, *extra: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("standin", [OK_ARGS], indirect=True)
+@pytest.mark.parametrize("standin", [OK_ARGS, (*OK_ARGS, "--enable-metrics")], indirect=True)
 def test_verify_endpoint_passes_a_good_server_and_fails_a_wrong_key(standin: Standin) -> None:
     good = _verify(standin.url, "--api-key", KEY)
     assert good.returncode == 0, good.stdout + good.stderr
-    assert "6 passed" in good.stdout, good.stdout
+    assert "7 passed" in good.stdout, good.stdout
     bad = _verify(standin.url, "--api-key", "wrong")
     assert bad.returncode == 1 and "401" in bad.stdout
 
@@ -629,7 +611,7 @@ def test_verify_endpoint_passes_a_good_server_and_fails_a_wrong_key(standin: Sta
 def test_verify_endpoint_fails_garbled_output_only_on_the_gate(standin: Standin, tmp_path: Path) -> None:
     proc = _verify(standin.url, "--api-key", KEY)
     assert proc.returncode == 1
-    assert "FAILED" in proc.stdout and "test_correctness_gate" in proc.stdout and "1 failed, 5 passed" in proc.stdout, proc.stdout
+    assert "FAILED" in proc.stdout and "test_correctness_gate" in proc.stdout and "1 failed, 6 passed" in proc.stdout, proc.stdout
     # --probes replaces the set: a probe the garbage matches passes.
     probes = tmp_path / "bangs.yml"
     probes.write_text("- {name: bangs, prompt: anything, expect: '^!+$', max_tokens: 64}\n")
@@ -659,5 +641,5 @@ def test_verify_endpoint_fails_fast_when_the_server_never_answers(serve: Callabl
     proc = _verify(silent.url, "--api-key", KEY)
     elapsed = time.monotonic() - start
     assert proc.returncode == 1
-    assert "6 errors" in proc.stdout and proc.stdout.count("did not answer GET /health") >= 6, proc.stdout
+    assert "7 errors" in proc.stdout and proc.stdout.count("did not answer GET /health") >= 7, proc.stdout
     assert elapsed < 45, f"took {elapsed:.0f} s"

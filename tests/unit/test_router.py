@@ -88,12 +88,43 @@ def test_exposure():
     assert router.exposure_problem("0.0.0.0", "", True) is None
 
 
-def test_in_flight():
+def test_in_flight_reads_v1_loads():
+    # The shape of sglang 0.5.10.post1's GET /v1/loads (srt/entrypoints/v1_loads.py), two DP ranks.
+    answer = {
+        "timestamp": "2026-12-01T00:00:00+00:00", "version": "0.5.10.post1", "dp_rank_count": 2,
+        "loads": [{"dp_rank": 0, "num_running_reqs": 2, "num_waiting_reqs": 1, "num_total_reqs": 3},
+                  {"dp_rank": 1, "num_running_reqs": 0, "num_waiting_reqs": 4, "num_total_reqs": 4}],
+        "aggregate": {"total_running_reqs": 2, "total_waiting_reqs": 5, "total_reqs": 7},
+    }
+    assert router.in_flight(answer) == 7
+    assert router.in_flight({"loads": [], "aggregate": {}}) == 0
+    for bad in ({"loads": "x"}, {"loads": [{"num_running_reqs": -1}]}, {"loads": [{"num_waiting_reqs": 1.5}]}):
+        with pytest.raises(ValueError):
+            router.in_flight(bad)
+
+
+def test_in_flight_reads_the_deprecated_get_load():
     assert router.in_flight([{"dp_rank": 0, "num_reqs": 2, "num_waiting_reqs": 1}, {"num_reqs": 3, "num_waiting_reqs": 0}]) == 6
     assert router.in_flight({"num_reqs": 0}) == 0
     for bad in ("x", [1], [{"num_reqs": -1}], [{"num_reqs": True}]):
         with pytest.raises(ValueError):
             router.in_flight(bad)
+
+
+def test_circuit_states_from_the_routers_metrics():
+    # Lines as sglang-router 0.3.2 prints them on its --prometheus-port.
+    text = (
+        "# HELP smg_worker_cb_state Circuit breaker state\n# TYPE smg_worker_cb_state gauge\n"
+        'smg_worker_cb_state{worker="http://127.0.0.1:18501"} 0\n'
+        'smg_worker_cb_state{worker="http://127.0.0.1:18502/"} 1\n'
+        'smg_worker_health{worker="http://127.0.0.1:18502"} 1\n'
+    )
+    assert router.circuit_states(text) == {"http://127.0.0.1:18501": 0, "http://127.0.0.1:18502": 1}
+    assert router.circuits_closed(["http://127.0.0.1:18501"], text)
+    assert not router.circuits_closed(["http://127.0.0.1:18501", "http://127.0.0.1:18502"], text)
+    # Half-open (on trial) is not closed either; a worker without the metric counts as closed.
+    assert not router.circuits_closed(["http://h:1"], 'smg_worker_cb_state{worker="http://h:1"} 2\n')
+    assert router.circuits_closed(["http://h:2"], text)
 
 
 def test_worker_entry():

@@ -30,7 +30,7 @@ from rich.table import Table
 from sglang_deploy_host import bench as host_bench
 from sglang_deploy_host import endpoint
 from sglang_deploy import __version__, bench, runner
-from sglang_deploy.commands import add_inventory_args
+from sglang_deploy.commands import add_inventory_args, usage_error
 from sglang_deploy.lanes import DEFAULT_LANE, LaneError, load_lane
 from sglang_deploy.validator import ValidatorError
 
@@ -107,19 +107,14 @@ def _concurrencies(text: str) -> list[int]:
     return values
 
 
-def _fail(message: str) -> int:
-    _console.print(f"[red]sglang-deploy bench:[/] {escape(message)}")
-    return 2
-
-
 def run(args: argparse.Namespace) -> int:
     if args.api_key is not None:
-        return _fail(
+        return usage_error("bench", 
             "--api-key is not taken: on a command line the key is readable by every user of this machine "
             f"(/proc/PID/cmdline). Fix: export {endpoint.API_KEY_ENV} or pass --api-key-file FILE (0600)"
         )
     if not (0 < args.threshold < 1):
-        return _fail(f"--threshold {args.threshold} must be between 0 and 1 (0.10 = 10% slower is a regression)")
+        return usage_error("bench", f"--threshold {args.threshold} must be between 0 and 1 (0.10 = 10% slower is a regression)")
     try:
         # Everything that can be refused before a host or server is contacted (the plan itself needs
         # the server's --max-running-requests, known only later).
@@ -128,14 +123,14 @@ def run(args: argparse.Namespace) -> int:
         baseline = bench.load_baseline(args.baseline) if args.baseline else None
         notes = [note for note in [bench.check_lengths(baseline, args.input_len, args.output_len)] if note] if baseline else []
     except (host_bench.BenchError, bench.BenchInputError) as err:
-        return _fail(str(err))
+        return usage_error("bench", str(err))
     out = Path(args.out).resolve() if args.out else runner.project_dir() / "artifacts" / "bench"
     if args.endpoint:
         if args.inventory or args.limit:
-            return _fail("--endpoint benchmarks one URL; it does not take -i/-l")
+            return usage_error("bench", "--endpoint benchmarks one URL; it does not take -i/-l")
         return run_endpoint(args, out, baseline, notes)
     if args.model or args.api_key_file:
-        return _fail("--model/--api-key-file go with --endpoint URL (with -i they come from the inventory and the host)")
+        return usage_error("bench", "--model/--api-key-file go with --endpoint URL (with -i they come from the inventory and the host)")
     return run_inventory(args, out, baseline, notes)
 
 
@@ -161,16 +156,16 @@ def _server_info(url: str, api_key: str) -> dict[str, Any]:
 
 def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench.Baseline | None, notes: list[str]) -> int:
     if not args.model or not args.tokenizer:
-        return _fail("--endpoint needs --model NAME (the served name) and --tokenizer PATH (the model's tokenizer directory)")
+        return usage_error("bench", "--endpoint needs --model NAME (the served name) and --tokenizer PATH (the model's tokenizer directory)")
     try:
         endpoint.check_url(args.endpoint)
         api_key = _api_key(args.api_key_file)
         lane = load_lane(args.lane)
     except (ValueError, LaneError) as err:
-        return _fail(str(err))
+        return usage_error("bench", str(err))
     tokenizer = Path(args.tokenizer)
     if not (tokenizer / "tokenizer_config.json").is_file() and not tokenizer.is_file():
-        return _fail(f"--tokenizer {tokenizer}: no tokenizer there (a directory with tokenizer_config.json, as a model has)")
+        return usage_error("bench", f"--tokenizer {tokenizer}: no tokenizer there (a directory with tokenizer_config.json, as a model has)")
     settings = host_bench.Settings(
         base_url=args.endpoint, model=args.model, tokenizer=str(tokenizer.resolve()), backend=args.backend,
         input_len=args.input_len, output_len=args.output_len, seed=args.seed,
@@ -183,7 +178,7 @@ def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench.Baseline |
             bench.check_overlap(baseline, [step.concurrency for step in steps])
         command = bench.bench_command(lane)
     except (host_bench.BenchError, bench.BenchInputError, ValidatorError) as err:
-        return _fail(str(err))
+        return usage_error("bench", str(err))
     started = time.time()
     label = bench.host_label(args.endpoint)
     _console.print(

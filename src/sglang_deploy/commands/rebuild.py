@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sglang_deploy.commands import add_inventory_args
+from sglang_deploy.commands import add_inventory_args, usage_error
 from sglang_deploy.runner import project_dir, run_playbook, serving_hosts
 
 CONFIRM_WORD = "rebuild"
@@ -39,15 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.set_defaults(func=run)
 
 
-def _fail(message: str) -> int:
-    print(f"sglang-deploy rebuild: {message}", file=sys.stderr)
-    return 2
-
-
 def run(args: argparse.Namespace) -> int:
     if not args.limit:
         # A rebuild interrupts serving; doing every host at once is never what a bare command should mean.
-        return _fail("-l HOST is required: name the serving host(s) to rebuild (nothing was changed)")
+        return usage_error("rebuild", "-l HOST is required: name the serving host(s) to rebuild (nothing was changed)")
     inventories = args.inventory or [str(project_dir() / "inventory" / "proxmox")]
     hosts = serving_hosts(inventories, args.limit)  # a bad inventory or limit stops here (exit 2)
     playbook = "playbooks/proxmox.yml" if args.vm_only else "site.yml"

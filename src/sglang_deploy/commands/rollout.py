@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sglang_deploy.commands import usage_error
 from sglang_deploy.runner import InventoryError, run_playbook, serving_hosts
 
 PLAYBOOK = "playbooks/rolling.yml"
@@ -54,15 +55,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         routers = serving_hosts(inventories, None, pattern=ROUTER_GROUP)
     except InventoryError:
-        print(
-            f"sglang-deploy rollout: no hosts in {ROUTER_GROUP} in {', '.join(inventories)}: a rolling restart without a "
-            "router would drop requests. Fix: list the router host(s) under sglang_routers (see inventory/multi_host)",
-            file=sys.stderr,
+        return usage_error(
+            "rollout",
+            f"no hosts in {ROUTER_GROUP} in {', '.join(inventories)}: a rolling restart without a router would drop "
+            "requests. Fix: list the router host(s) under sglang_routers (see inventory/multi_host)",
         )
-        return 2
     if len(serving_hosts(inventories)) < 2:
-        print("sglang-deploy rollout: fewer than 2 workers: a rolling restart would stop serving (nothing was changed)", file=sys.stderr)
-        return 2
+        return usage_error("rollout", "fewer than 2 workers: a rolling restart would stop serving (nothing was changed)")
     extravars: dict[str, object] = {"sglang_rolling_serial": args.serial}
     if args.drain_timeout is not None:
         extravars["sglang_rolling_drain_timeout"] = args.drain_timeout

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from sglang_deploy_host import endpoint
-from sglang_deploy.commands import add_inventory_args
+from sglang_deploy.commands import add_inventory_args, usage_error
 from sglang_deploy.runner import project_dir, run_playbook
 
 ENDPOINT_SUITE = "tests/infra/test_endpoint.py"
@@ -43,31 +43,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.set_defaults(func=run)
 
 
-def _fail(message: str) -> int:
-    print(f"sglang-deploy verify: {message}", file=sys.stderr)
-    return 2
-
-
 def run(args: argparse.Namespace) -> int:
     if args.probes:
         # A bad probes file is a usage error, reported before any host or server is contacted.
         try:
             endpoint.load_probes(args.probes)
         except endpoint.ProbeFileError as err:
-            return _fail(str(err))
+            return usage_error("verify", str(err))
         args.probes = str(Path(args.probes).resolve())
     if args.endpoint:
         if args.inventory or args.limit:
-            return _fail("--endpoint checks one URL; it does not take -i/-l")
+            return usage_error("verify", "--endpoint checks one URL; it does not take -i/-l")
         if not args.model:
-            return _fail("--endpoint needs --model NAME (the served model name)")
+            return usage_error("verify", "--endpoint needs --model NAME (the served model name)")
         try:
             endpoint.check_url(args.endpoint)
         except ValueError as err:
-            return _fail(f"--endpoint {err}")
+            return usage_error("verify", f"--endpoint {err}")
         return run_endpoint_suite(args.endpoint, args.model, args.api_key, args.probes)
     if args.model or args.api_key:
-        return _fail("--model/--api-key go with --endpoint URL")
+        return usage_error("verify", "--model/--api-key go with --endpoint URL")
     return run_inventory(args.inventory, args.limit, args.probes)
 
 
@@ -86,7 +81,7 @@ def run_endpoint_suite(url: str, model: str, api_key: str | None, probes: str | 
     try:
         proc = subprocess.run(argv, cwd=root, env=env, timeout=ENDPOINT_SUITE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
-        return _fail(f"the endpoint suite ran over {ENDPOINT_SUITE_TIMEOUT_S} s")
+        return usage_error("verify", f"the endpoint suite ran over {ENDPOINT_SUITE_TIMEOUT_S} s")
     return 0 if proc.returncode == 0 else 1
 
 

@@ -1,0 +1,29 @@
+"""The base of the project's validating action plugins (action_plugins/sglang_validate_*flags.py).
+
+They run on the control node only (nothing is sent to a host) and may build a validator venv first
+(minutes): its progress lines go through Ansible's Display, which shows them live; a worker's stderr
+would become one late, truncated warning.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from sglang_deploy.validator import progress_to
+
+display = Display()
+
+
+class ValidateAction(ActionBase):
+    TRANSFERS_FILES = False
+
+    def run(self, tmp: Any = None, task_vars: Any = None) -> dict[str, Any]:
+        with progress_to(display.display):
+            return self.validate(super().run(tmp, task_vars))
+
+    def validate(self, result: dict[str, Any]) -> dict[str, Any]:
+        """``result`` (ActionBase's) with the verdict: ``failed``/``msg``, ``checked`` per host."""
+        raise NotImplementedError
