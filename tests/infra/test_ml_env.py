@@ -41,6 +41,35 @@ def _venv_json(host, code: str) -> object:  # type: ignore[no-untyped-def]
     return json.loads(result.stdout)
 
 
+# One interpreter start for every import check (each costs seconds: torch, sglang), run as an
+# unprivileged user: read-only is not unreadable, the service user must import the stack.
+STACK_PROBE = (
+    "import json, torch, transformers, sglang, flashinfer; "
+    "from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES as names; "
+    "print(json.dumps({'torch': [torch.__version__, torch.version.cuda], "
+    "'transformers': [transformers.__version__, 'glm_moe_dsa' in names], "
+    "'sglang': sglang.__version__, 'flashinfer': flashinfer.__version__}))"
+)
+
+
+@pytest.fixture(scope="module")
+def stack(host) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """What the stack reports when the user ``nobody`` imports it with the ml-env's python."""
+    # With a writable home, as the service user has one (flashinfer makes its JIT workspace there on import).
+    home = host.check_output("mktemp -d")
+    try:
+        host.check_output(f"chown nobody {shlex.quote(home)}")
+        result = host.run(
+            f"cd / && runuser -u nobody -- env HOME={shlex.quote(home)} {PYTHON} -c {shlex.quote(STACK_PROBE)}"
+        )
+    finally:
+        host.run(f"rm -rf {shlex.quote(home)}")
+    assert result.rc == 0, f"user nobody could not import the stack with {PYTHON}:\n{result.stderr[-2000:]}"
+    found = json.loads(result.stdout)
+    assert isinstance(found, dict)
+    return found
+
+
 @pytest.fixture(scope="module")
 def lock_text(host, lane: Lane) -> str:  # type: ignore[no-untyped-def]
     """The committed lock for the ml-env's Python."""
@@ -79,10 +108,9 @@ def test_only_root_can_change_the_code_root_runs(host, lock_text: str) -> None: 
         assert entry.mode & 0o001, f"{directory} cannot be traversed by the service ({entry.mode:o})"
 
 
-def test_an_unprivileged_user_can_run_the_ml_env(host) -> None:  # type: ignore[no-untyped-def]
+def test_an_unprivileged_user_can_run_the_ml_env(stack: dict[str, object]) -> None:
     """Read-only is not unreadable: the service user (here: nobody) imports the stack."""
-    result = host.run(f"cd / && runuser -u nobody -- {PYTHON} -c 'import sglang, transformers, torch'")
-    assert result.rc == 0, result.stderr[-2000:]
+    assert set(stack) == {"torch", "transformers", "sglang", "flashinfer"}
 
 
 def test_store_holds_only_checked_venvs_within_keep(host) -> None:  # type: ignore[no-untyped-def]
@@ -106,26 +134,16 @@ def test_installed_versions_equal_the_lock(host, lock_text: str) -> None:  # typ
     assert len(pins) > 100  # the real lane, not a stand-in
 
 
-def test_torch_is_the_lanes_cuda_build(host, lane: Lane) -> None:  # type: ignore[no-untyped-def]
-    found = _venv_json(host, "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))")
-    assert found == [f"{lane.torch}+cu{lane.cuda.replace('.', '')}", lane.cuda]
+def test_torch_is_the_lanes_cuda_build(stack: dict[str, object], lane: Lane) -> None:
+    assert stack["torch"] == [f"{lane.torch}+cu{lane.cuda.replace('.', '')}", lane.cuda]
 
 
-def test_transformers_knows_glm_moe_dsa(host, lane: Lane) -> None:  # type: ignore[no-untyped-def]
-    found = _venv_json(
-        host,
-        "import json, transformers; "
-        "from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES as names; "
-        "print(json.dumps([transformers.__version__, 'glm_moe_dsa' in names]))",
-    )
-    assert found == [lane.transformers, True]
+def test_transformers_knows_glm_moe_dsa(stack: dict[str, object], lane: Lane) -> None:
+    assert stack["transformers"] == [lane.transformers, True]
 
 
-def test_sglang_and_flashinfer_import(host, lane: Lane) -> None:  # type: ignore[no-untyped-def]
-    found = _venv_json(
-        host, "import json, sglang, flashinfer; print(json.dumps([sglang.__version__, flashinfer.__version__]))"
-    )
-    assert isinstance(found, list) and found[0] == lane.sglang
+def test_sglang_and_flashinfer_import(stack: dict[str, object], lane: Lane) -> None:
+    assert stack["sglang"] == lane.sglang and isinstance(stack["flashinfer"], str)
 
 
 def test_kernel_proof_sglang_kernel_carries_the_lanes_archs(host, lane: Lane) -> None:  # type: ignore[no-untyped-def]
