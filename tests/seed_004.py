@@ -23,13 +23,17 @@ SEED_004_ENV = {
 }
 
 # Where inventory/proxmox deliberately differs from the seed (the reasons are in the profile): the
-# weights are the hf_model role's pinned, verified local copy, and two variables are added.
+# weights are the hf_model role's pinned, verified local copy, Prometheus metrics are on (before
+# --host, where the profile lists it), and two variables are added.
 PROFILE_MODEL_DIR = "/var/lib/sglang/models/lukealonso--GLM-5-NVFP4/set-me-to-a-commit-sha"
+PROFILE_ADDED_FLAG = "--enable-metrics"
 PROFILE_ADDED_ENV = {"NCCL_P2P_DISABLE": "1", "HF_HUB_OFFLINE": "1"}
 
 
 def profile_flags(model: str = PROFILE_MODEL_DIR) -> list[str]:
-    """Seed 004's flags as the profile renders them: the same, with --model the local copy."""
+    """Seed 004's flags as the profile renders them: the same, with --model the local copy and
+    --enable-metrics added."""
     flags = list(SEED_004_FLAGS)
     flags[flags.index("--model") + 1] = model
+    flags.insert(flags.index("--host"), PROFILE_ADDED_FLAG)
     return flags
