@@ -52,6 +52,4 @@ class ActionModule(ValidateAction):
             checked[host] = f"sglang {lane.sglang} ({lane.name}; validator torch from {source})"
             if verdict.problems:
                 errors.append(verdict.format(host))
-        if errors:
-            return {**result, "failed": True, "msg": "\n".join(errors), "checked": checked}
-        return {**result, "changed": False, "checked": checked, "msg": f"{len(checked)} host(s) valid"}
+        return self.verdict(result, errors, checked, f"{len(checked)} host(s) valid")

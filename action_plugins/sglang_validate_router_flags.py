@@ -56,6 +56,4 @@ class ActionModule(ValidateAction):
             checked[host] = f"sglang-router {verdict.version}"
             if verdict.error:
                 errors.append(verdict.format(host))
-        if errors:
-            return {**result, "failed": True, "msg": "\n".join(errors), "checked": checked}
-        return {**result, "changed": False, "checked": checked, "msg": f"{len(checked)} router(s) valid"}
+        return self.verdict(result, errors, checked, f"{len(checked)} router(s) valid")

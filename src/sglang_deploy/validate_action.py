@@ -27,3 +27,10 @@ class ValidateAction(ActionBase):
     def validate(self, result: dict[str, Any]) -> dict[str, Any]:
         """``result`` (ActionBase's) with the verdict: ``failed``/``msg``, ``checked`` per host."""
         raise NotImplementedError
+
+    @staticmethod
+    def verdict(result: dict[str, Any], errors: list[str], checked: dict[str, str], valid: str) -> dict[str, Any]:
+        """Every host's problems at once (failed), else ``valid`` (e.g. "3 host(s) valid")."""
+        if errors:
+            return {**result, "failed": True, "msg": "\n".join(errors), "checked": checked}
+        return {**result, "changed": False, "checked": checked, "msg": valid}
