@@ -8,7 +8,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from sglang_deploy_host import systemd
-    from sglang_deploy.launch import DEFAULT_LAUNCHER, LaunchConfig, LaunchConfigError
+    from sglang_deploy.launch import DEFAULT_LAUNCHER, LaunchConfig, LaunchConfigError, profile_flags
 except ImportError as exc:  # a clear message beats a bare "no filter named sglang_launch"
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "
@@ -45,6 +45,14 @@ def sglang_launch(
     if problem:
         raise AnsibleFilterError(f"host {host}: {problem}")
     return config.to_dict()
+
+
+def sglang_profile_flags(flags: Any, profile: Any = "", profiles: Any = None, host: str = "?") -> dict[str, Any]:
+    """The flags with the launch profile merged in (``sglang_server_profile`` of ``sglang_server_profiles``)."""
+    try:
+        return profile_flags(flags, str(profile or ""), profiles)
+    except LaunchConfigError as err:
+        raise AnsibleFilterError(f"host {host}: {err}") from None
 
 
 def sglang_env_file_lines(secret_env: Any, host: str = "?") -> list[str]:
@@ -84,6 +92,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "sglang_launch": sglang_launch,
+            "sglang_profile_flags": sglang_profile_flags,
             "sglang_env_file_lines": sglang_env_file_lines,
             "sglang_unit_settings": sglang_unit_settings,
             "sglang_path_component": sglang_path_component,

@@ -7,12 +7,17 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from sglang_deploy import doctor, planner
+    from sglang_deploy import architectures, doctor, planner
+    from sglang_deploy.lanes import LaneError, load_lane
 except ImportError as exc:  # a clear message beats a bare "no filter named sglang_memory_plan"
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "
         "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
     ) from exc
+
+
+# sglang_server_memory_plan keys that are not PlanInputs fields.
+PLAN_VAR_EXTRAS = frozenset({"sm_major", "architecture"})
 
 
 def sglang_memory_plan(
@@ -21,13 +26,16 @@ def sglang_memory_plan(
     plan_vars: Any = None,
     host: str = "?",
     count_used_memory: bool = False,
+    lane: str = "cu128",
 ) -> dict[str, Any]:
     """Plan for a host's launch flags.
 
     ``flags``: merged launch flags (name -> value; ``mem-fraction-static`` may be ``auto``).
     ``gpu_facts``: the host's ``gpufacts.py`` JSON (parsed), or None to use ``plan_vars``.
-    ``plan_vars``: ``sglang_server_memory_plan`` (weights_gib_per_gpu, kv_bytes_per_token,
-    gpu_memory_mib when there are no facts, and any PlanInputs field).
+    ``plan_vars``: ``sglang_server_memory_plan``: ``architecture`` (a known one, e.g. glm-5: the KV
+    cell, page size and memory terms follow from it and the flags, for ``lane``'s sglang), sm_major
+    (when there are no facts), weights_gib_per_gpu, gpu_memory_mib when there are no facts, and any
+    PlanInputs field (which wins over what the architecture gives).
     ``count_used_memory``: subtract the memory the facts show in use. Off by default: a role run
     against a serving host sees its own server's memory, and ``auto`` must resolve to the same
     number on every run (idempotence); busy GPUs are the unit's ExecStartPre= idle check's job.
@@ -39,20 +47,33 @@ def sglang_memory_plan(
     try:
         flags = dict(flags or {})
         requested = flags.get("mem-fraction-static")
-        values = planner.inputs_from_flags({k.lstrip("-").replace("_", "-"): v
-                                            for k, v in flags.items()})
+        normalized = {k.lstrip("-").replace("_", "-"): v for k, v in flags.items()}
+        values = planner.inputs_from_flags(normalized)
         values.pop("kv_cache_dtype", None)
         extra = dict(plan_vars or {})
-        unknown = set(extra) - set(planner.PlanInputs.__dataclass_fields__) - {"sm_major"}
+        unknown = set(extra) - set(planner.PlanInputs.__dataclass_fields__) - PLAN_VAR_EXTRAS
         if unknown:
             raise planner.PlanError(
                 f"sglang_server_memory_plan has unknown keys {sorted(unknown)}; known: "
-                f"{sorted(planner.PlanInputs.__dataclass_fields__)}"
+                f"{sorted(set(planner.PlanInputs.__dataclass_fields__) | PLAN_VAR_EXTRAS)}"
             )
-        extra.pop("sm_major", None)
+        sm_major = extra.pop("sm_major", None)
+        summary = planner.gpu_facts_summary(dict(gpu_facts)) if gpu_facts else None
+        if summary is not None:
+            sm_major = summary.get("sm_major", sm_major)
+        name = extra.pop("architecture", None)
+        if name is not None:
+            try:
+                config = architectures.config(str(name))
+                version = load_lane(lane).sglang
+            except (KeyError, LaneError) as err:
+                raise planner.PlanError(f"sglang_server_memory_plan.architecture: {err}") from None
+            derived, _notes = planner.architecture_inputs(
+                config, normalized, sm_major=sm_major, sglang_version=version, architecture=str(name)
+            )
+            values.update(derived)
         values.update(extra)
-        if gpu_facts:
-            summary = planner.gpu_facts_summary(dict(gpu_facts))
+        if summary is not None:
             values["gpu_memory_mib"] = summary["gpu_memory_mib"]
             if count_used_memory:
                 values["gpu_memory_used_mib"] = summary["gpu_memory_used_mib"]

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Build the archive scripts/device/real-sglang.sh carries to the device machine: sglang 0.5.17 and the
-# wheels its tiny-Llama path needs beyond the device image (scripts/device/sglang-0.5.17-bundle.txt,
+# Build the archive the device runs (real-sglang.sh, glm5-arch.sh) carry to the device machine: sglang
+# 0.5.17 and the wheels its paths need beyond the device image (scripts/device/sglang-0.5.17-bundle.txt,
 # pinned with sha256), installed flat with `uv pip install --target`, trimmed to what SM90 loads, and
 # packed with xz into one file under the 64 MiB a device call carries.
 #
@@ -47,10 +47,12 @@ uv_install() {  # target, wheels...
 uv_install "$SITE" "${wheels[@]}"
 uv_install "$TOOLS" "${tools[@]}"
 
-# 3. Trim what a tiny Llama with the triton attention backend on SM90 never loads.
+# 3. Trim what SM90 never loads: sgl_kernel/sm100 (SM90 loads sgl_kernel/sm90/common_ops) and FA3's
+#    flash_ops (1 GiB: the GLM-5 run avoids it with SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD=0).
+#    flashmla_ops (14 MiB, sm_90/100 cubins) stays: GLM-5's DSA backends on SM90 are FlashMLA's.
 cd "$SITE"
-rm -rf sgl_kernel/flash_ops.abi3.so sgl_kernel/sm100 sgl_kernel/flashmla_ops.abi3.so \
-       sgl_kernel/infllm_ops.cpython-310-x86_64-linux-gnu.so           # SM90 loads sgl_kernel/sm90/common_ops only
+rm -rf sgl_kernel/flash_ops.abi3.so sgl_kernel/sm100 \
+       sgl_kernel/infllm_ops.cpython-310-x86_64-linux-gnu.so
 rm -rf xgrammar/lib xgrammar/include                                   # static lib + headers, not used at run time
 rm -rf sglang/multimodal_gen \
        sglang/srt/server/_core.*.so sglang/srt/grpc/_core.*.so sglang/srt/multimodal/_core.*.so \

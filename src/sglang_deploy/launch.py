@@ -134,11 +134,14 @@ class LaunchConfig:
         secret_env_names: Iterable[str] = (),
         module: str = DEFAULT_MODULE,
         launcher: str = DEFAULT_LAUNCHER,
+        profile: str | None = None,
+        profiles: Mapping[str, Any] | None = None,
     ) -> LaunchConfig:
-        """Build from inventory variables; raises :class:`LaunchConfigError` with the fix."""
+        """Build from inventory variables (the flags, the launch profile merged over them, then the
+        override); raises :class:`LaunchConfigError` with the fix."""
         if not python:
             raise LaunchConfigError("sglang_server_python is empty: set it to the ml-env's python3")
-        merged_flags = _merge("sglang_server_flags", flags, flags_override)
+        merged_flags = _merge("sglang_server_flags", profile_flags(flags, profile, profiles), flags_override)
         merged_env = _merge("sglang_server_env", env, env_override)
         parsed = tuple(_flag(name, value) for name, value in merged_flags.items() if _present(value))
         _check_conflicts(parsed)
@@ -273,13 +276,34 @@ class LaunchConfig:
                 )
 
 
+# -- launch profiles -----------------------------------------------------------------------------
+def profile_flags(
+    flags: Mapping[str, Any] | None, profile: str | None, profiles: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """``sglang_server_flags`` with the launch profile ``sglang_server_profile`` (an entry of
+    ``sglang_server_profiles``: flag changes, null removes a flag) merged in; "" or None = the flags
+    as they are. What every reader of a host's flags starts from (the override comes after)."""
+    if not profile:
+        return _merge("sglang_server_flags", flags, None)
+    if not isinstance(profiles, Mapping) or profile not in profiles:
+        known = ", ".join(sorted(str(name) for name in profiles)) if isinstance(profiles, Mapping) else ""
+        raise LaunchConfigError(
+            f"sglang_server_profile {profile!r} is not one of sglang_server_profiles ({known or 'none defined'}). "
+            'Fix: set sglang_server_profile to one of those, or "" for sglang_server_flags as they are'
+        )
+    changes = profiles[profile]
+    if changes is None:
+        changes = {}
+    return _merge("sglang_server_flags", flags, changes, override_label=f"sglang_server_profiles['{profile}']")
+
+
 # -- helpers -----------------------------------------------------------------------------------
 def _merge(
-    var: str, base: Mapping[str, Any] | None, override: Mapping[str, Any] | None
+    var: str, base: Mapping[str, Any] | None, override: Mapping[str, Any] | None, *, override_label: str = ""
 ) -> dict[str, Any]:
     """Base mapping updated by the override: replaced keys keep their place, new ones go last."""
     merged: dict[str, Any] = {}
-    for label, part in ((var, base), (var + "_override", override)):
+    for label, part in ((var, base), (override_label or var + "_override", override)):
         if part is None:
             continue
         if not isinstance(part, Mapping):

@@ -30,14 +30,16 @@ Calibration against the seed deployment (8x RTX PRO 6000, 97,887 MiB, TP8, GLM-5
    replicated layers and load-time buffers count too, so a safetensors index gives a lower bound.
    Weights only move ``kv_tokens``; whether a fraction is *safe* does not depend on them.
 4. CUDA graphs. At 0.92 the pool left ``0.08 * F0 = 7,710 MiB``; after capturing bs 1..64 about
-   5.2 GiB stayed free, so capture took ≈ 2,385 MiB ≈ 37.3 MiB per unit of the largest batch:
-   :data:`GRAPH_MIB_PER_BS` = 38.
+   5.2 GiB stayed free, so the start held ≈ 2,385 MiB there. 548 MiB of it is not graphs but the fp8
+   conversion copy of 8. (498K pool tokens x 1,152 B); the rest, 1,837 MiB, is 28.7 MiB per unit of
+   the largest batch: :data:`GRAPH_MIB_PER_BS` = 29 (38 before the conversion was known).
 5. Activations: not isolated by the seeds; :data:`ACTIVATION_MIB_PER_TOKEN` = 0.25 MiB per prefill
-   token (2 GiB for the default 8192-token chunk) is an estimate, overridable.
+   token (2 GiB for the default 8192-token chunk) is an estimate, overridable. (GLM-5 at TP 1 on an
+   H200 measured 0.58, 9.: at TP 8 the heads and experts are split eight ways.)
 6. Slack is the one free term, pinned between two observations: 0.92 with graphs up to bs 64 ran,
-   so ``38*64 + 2048 + slack <= 7,710``; 0.95 with graphs up to bs 8 (``--max-running-requests 8``)
-   died in capture, so ``38*8 + 2048 + slack > 0.05 * F0 = 4,818``. Hence
-   ``2,466 < slack <= 3,230``: :data:`ALLOCATOR_SLACK_MIB` = 3,072.
+   so ``29*64 + 548 + 2048 + slack <= 7,710``; 0.95 with graphs up to bs 8 (``--max-running-requests
+   8``) died in capture, so ``29*8 + 608 + 2048 + slack > 0.05 * F0 = 4,818`` (608 MiB: the larger
+   pool's copy). Hence ``1,931 < slack <= 3,258``: :data:`ALLOCATOR_SLACK_MIB` = 3,072.
 
 7. Per-token buffers outside the pool (measured on a real sglang, tests/fixtures/real-sglang/): the
    token allocator's int64 free list (``mem_cache/allocator.py``, one entry per page) and, from sglang
@@ -49,6 +51,22 @@ Calibration against the seed deployment (8x RTX PRO 6000, 97,887 MiB, TP8, GLM-5
    has no eager runner: an over-estimate there). They come off :attr:`Plan.free_after_start_mib`;
    for the seed model (~0.5 M tokens, pages of 64) they are ~24 MiB, inside the allocator slack, so
    the safety terms stay as calibrated.
+
+8. flashinfer MLA under an fp8 pool (measured on an H200, sglang 0.5.17, 2026-12-01; the seed box runs
+   this path: 0.5.10.post1 keeps an explicit ``--attention-backend flashinfer`` for GLM-5, runs it as
+   dense MLA with the DSA indexer skipped, and forces the trtllm NSA backends, i.e. a plain fp8 pool):
+   ``get_key_buffer(layer).to(q.dtype)`` copies the layer's whole KV buffer to bf16 on every call.
+   Memory: the decode graphs held 1.39 GiB with an fp8 pool of 948,175 tokens and 0.86 GiB with
+   449,183 tokens, against 0.38 GiB with a bf16 pool - 1.01 and 0.48 GiB more, the size of one copy
+   ((tokens + 1) x 576 x 2 B) within 1 %: :func:`kv_conversion_bytes_per_token`, a term that grows with
+   the pool and so with the fraction. Time: the median inter-token latency at concurrency 1 was
+   23.8 ms (bf16), 83.0 ms (fp8, 449K tokens) and 147.6 ms (fp8, 948K tokens): 0.1295 us per pool
+   token and step, whatever the batch (:data:`KV_CONVERSION_US_PER_TOKEN_H200`; the plan says so).
+9. GLM-5's own terms at TP 1 (:data:`GLM5_TERMS_TP1_DSA`, :data:`GLM5_TERMS_TP1_MLA`, measured on the
+   H200 with GLM-5's shapes, 8 of 256 experts, dummy weights): KV cells as :func:`kv_cell` computes
+   them (100,152 B bf16 and 61,464 B fp8 packed on the DSA backends, 89,856 / 44,928 B on flashinfer
+   MLA), decode graphs 194 + 5.3 MiB per bs (DSA) and 50 + 5.3 (MLA), prefill activations 0.58 MiB per
+   token. At TP 8 the seed calibration above stays (:func:`glm5_memory_terms`).
 
 The recommendation keeps :data:`RECOMMENDATION_MARGIN_MIB` (694 MiB, the allocation that failed in
 the seeds' OOM) on top of the outside terms and rounds down to a step of 0.01.
@@ -70,7 +88,7 @@ SEED_TP_SIZE = 8
 SEED_RUNTIME_OVERHEAD_MIB = 1_517
 SEED_KV_BYTES_PER_TOKEN = 55_262  # derived from the two seed points (formula: 55,224)
 SEED_WEIGHTS_GIB_PER_GPU = 60.95
-GRAPH_MIB_PER_BS = 38.0
+GRAPH_MIB_PER_BS = 29.0
 ACTIVATION_MIB_PER_TOKEN = 0.25
 ALLOCATOR_SLACK_MIB = 3_072
 RECOMMENDATION_MARGIN_MIB = 694
@@ -78,6 +96,16 @@ FRACTION_STEP = 0.01
 # Outside the pool, per KV-pool page and token (docstring, 7.).
 FREE_LIST_BYTES_PER_PAGE = 8
 EAGER_BUFFER_BYTES_PER_TOKEN = 50
+# flashinfer MLA under an fp8 pool (docstring, 8.): one layer's whole KV buffer converted to the query's
+# bf16 on every attention call, held while the call runs (captured into the decode graphs' memory).
+KV_CONVERSION_ELEMENT_BYTES = 2
+# What that conversion costs a decode step, per pool token (docstring, 8.): measured on an H200 at
+# 0.1295 us per pool token and step (78 layers; about 1 TB/s, a fifth of the card's bandwidth).
+KV_CONVERSION_US_PER_TOKEN_H200 = 0.1295
+# Draft model of EAGLE/MTP: its graphs (target-verify, draft decode, draft extend) and buffers. Not
+# measured here (no MTP start fitted the device time of 2026-12-01): sglang 0.5.10.post1's own estimate,
+# the 4 GiB ``_handle_gpu_memory_settings`` adds for EAGLE (server_args.py:1320-1326).
+SPECULATIVE_RESERVE_MIB = 4096
 
 # sglang 0.5.10.post1 constants (server_args.py dataclass defaults and memory_pool.py:1805-1806).
 SGLANG_MAX_PREFILL_TOKENS_DEFAULT = 16_384
@@ -168,6 +196,68 @@ def resolve_kv_cache_dtype(
     return {"float16": "float16", "float32": "float32"}.get(torch_dtype, "bfloat16")
 
 
+# -- DSA backends and the KV layout they imply ------------------------------------------------------
+# The pool layout of a DSA model follows the DSA backends, not only the dtype
+# (``calculate_mla_kv_cache_dim``: 0.5.10.post1 ``model_runner_kv_cache_mixin.py:240-285``, 0.5.17
+# ``mem_cache/kv_cache_configurator.py:1985-2036``): with ``trtllm`` for either phase the cell is the
+# plain 576 elements; otherwise an fp8 pool is FlashMLA's packed layout, 512 fp8 + 4 B of scale per 128
+# + the 64 rope values kept in bf16 = 656 B per layer. bf16 is always plain.
+DSA_PACKED_ROPE_BYTES = 2  # DSATokenToKVPool.rope_storage_dtype = torch.bfloat16
+# sglang versions whose DSA defaults differ: 0.5.10.post1 (the cu128 lane) forces trtllm for an fp8
+# pool on SM >= 10 whatever the flags say (server_args.py:1464-1467); from 0.5.17 on the flags are kept
+# and only unset backends are chosen (arg_groups/overrides.py _dsa_split_backend_resolution).
+_DSA_FLAGS_KEPT_FROM = (0, 5, 17)
+
+
+@dataclass(frozen=True)
+class DsaBackends:
+    """The DSA prefill/decode backends sglang runs with, and why (for the plan's notes)."""
+
+    prefill: str
+    decode: str
+    why: str
+
+    @property
+    def plain_layout(self) -> bool:
+        return "trtllm" in (self.prefill, self.decode)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for part in version.split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def resolve_dsa_backends(
+    kv_cache_dtype: str,
+    prefill: str | None,
+    decode: str | None,
+    *,
+    sm_major: int,
+    sglang_version: str,
+    architecture: str = "",
+) -> DsaBackends:
+    """The backends sglang ``sglang_version`` picks for a DSA model with this resolved KV dtype
+    (``fp8_e4m3`` or ``bfloat16``) and these ``--nsa-/--dsa-*-backend`` flags (None = unset)."""
+    fp8 = kv_cache_dtype.startswith("fp8")
+    if _version_tuple(sglang_version) < _DSA_FLAGS_KEPT_FROM:
+        if fp8 and sm_major >= 10:
+            return DsaBackends("trtllm", "trtllm", f"sglang {sglang_version} forces trtllm for an fp8 pool on SM >= 10")
+        default = ("flashmla_sparse", "trtllm" if sm_major >= 10 else "fa3") if not fp8 else ("flashmla_kv", "flashmla_kv")
+    elif fp8:
+        if sm_major >= 12 and architecture == "GlmMoeDsaForCausalLM":
+            default = ("flashinfer_sparse_mla", "flashinfer_sparse_mla")
+        else:
+            default = ("trtllm", "trtllm") if sm_major >= 10 else ("flashmla_kv", "flashmla_kv")
+    else:
+        default = ("flashmla_sparse", "trtllm" if sm_major >= 10 else "fa3")
+    chosen = (prefill or default[0], decode or default[1])
+    why = "the flags" if prefill and decode else f"sglang {sglang_version}'s default for the unset ones"
+    return DsaBackends(chosen[0], chosen[1], why)
+
+
 def kv_cell(
     config: Mapping[str, Any],
     kv_cache_dtype: str = "auto",
@@ -175,10 +265,14 @@ def kv_cell(
     tp_size: int = 1,
     sm_major: int | None = None,
     hf_quant_config: Mapping[str, Any] | None = None,
+    dsa_backends: DsaBackends | None = None,
+    draft_layers: int = 0,
 ) -> KvCell:
-    """Per-token KV cell size as ``ModelRunnerKVCacheMixin.get_cell_size_per_token`` computes it
-    (``model_runner_kv_cache_mixin.py:74-140``) for the target model (not a draft worker, no
-    hybrid SWA/mamba layers, attention TP = ``tp_size``)."""
+    """Per-token KV cell size as sglang computes it (0.5.10.post1 ``get_cell_size_per_token``,
+    0.5.17 ``PoolConfigurator._compute_cell_size``) for the target model (no hybrid SWA/mamba
+    layers, attention TP = ``tp_size``). ``dsa_backends``: what :func:`resolve_dsa_backends` found
+    (None: plain layout, as with trtllm). ``draft_layers``: an EAGLE/MTP draft's layers, whose pool
+    has the same tokens (the cell grows by ``draft_layers / layers``)."""
     text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
     assert isinstance(text, Mapping)
     dtype = resolve_kv_cache_dtype(
@@ -189,8 +283,17 @@ def kv_cell(
     layers = _int(text, "num_hidden_layers")
     if _is_mla(config):
         rank, rope = _int(text, "kv_lora_rank"), _int(text, "qk_rope_head_dim")
-        cell = (rank + rope) * layers * elem
-        formula = f"({rank}+{rope})*{layers}*{elem}"
+        packed = (
+            _is_nsa(config) and dtype.startswith("fp8") and dsa_backends is not None
+            and not dsa_backends.plain_layout
+        )  # fmt: skip
+        if packed:
+            per_layer = rank + rank // NSA_QUANT_BLOCK_SIZE * 4 + rope * DSA_PACKED_ROPE_BYTES
+            cell = per_layer * layers
+            formula = f"({rank}+{rank}//{NSA_QUANT_BLOCK_SIZE}*4+{rope}*{DSA_PACKED_ROPE_BYTES})*{layers}"
+        else:
+            cell = (rank + rope) * layers * elem
+            formula = f"({rank}+{rope})*{layers}*{elem}"
         if fp4:  # kv_scale_buffer: fp4 packs two values per byte plus one scale per 16
             cell = cell // 2 + ((rank + rope) // 16) * layers * elem
             formula = f"({formula})//2 + (({rank}+{rope})//16)*{layers}*{elem}"
@@ -204,17 +307,140 @@ def kv_cell(
                 f"*{NSA_INDEX_ELEMENT_SIZE}"
             )
             attention, page = "MLA+DSA", DSA_PAGE_SIZE
-        return KvCell(cell, attention, dtype, formula, page)
-    heads = _int(text, "num_attention_heads")
-    head_dim = int(text.get("head_dim") or _int(text, "hidden_size") // heads)
-    v_head_dim = int(text.get("v_head_dim") or head_dim)
-    kv_heads = max(1, int(text.get("num_key_value_heads") or heads) // tp_size)
-    cell = kv_heads * (head_dim + v_head_dim) * layers * elem
-    formula = f"{kv_heads}*({head_dim}+{v_head_dim})*{layers}*{elem}"
-    if fp4:
-        cell = cell // 2 + (kv_heads * head_dim * layers * 2 * elem) // 16
-        formula = f"({formula})//2 + ({kv_heads}*{head_dim}*{layers}*2*{elem})//16"
-    return KvCell(cell, "MHA", dtype, formula, 1)
+            if dsa_backends is not None:
+                attention += f" ({'packed' if packed else 'plain'} layout: {dsa_backends.prefill}/{dsa_backends.decode})"
+    else:
+        heads = _int(text, "num_attention_heads")
+        head_dim = int(text.get("head_dim") or _int(text, "hidden_size") // heads)
+        v_head_dim = int(text.get("v_head_dim") or head_dim)
+        kv_heads = max(1, int(text.get("num_key_value_heads") or heads) // tp_size)
+        cell = kv_heads * (head_dim + v_head_dim) * layers * elem
+        formula = f"{kv_heads}*({head_dim}+{v_head_dim})*{layers}*{elem}"
+        if fp4:
+            cell = cell // 2 + (kv_heads * head_dim * layers * 2 * elem) // 16
+            formula = f"({formula})//2 + ({kv_heads}*{head_dim}*{layers}*2*{elem})//16"
+        attention, page = "MHA", 1
+    if draft_layers:
+        cell = int(cell * (1 + draft_layers / layers))
+        formula = f"({formula}) * (1 + {draft_layers}/{layers})"
+    return KvCell(cell, attention, dtype, formula, page)
+
+
+def kv_conversion_bytes_per_token(
+    config: Mapping[str, Any], kv_cache_dtype: str, attention_backend: str | None
+) -> int:
+    """Bytes per pool token that flashinfer MLA holds outside the pool under an fp8 pool (docstring,
+    8.): ``get_key_buffer(layer).to(q.dtype)`` in ``flashinfer_mla_backend.py`` (0.5.10.post1 :639,
+    0.5.17 :660, 0.5.23 :822) copies the layer's whole buffer, ``kv_lora_rank + qk_rope_head_dim``
+    bf16 values per token. 0 for any other backend, a bf16 pool or a model without MLA."""
+    if attention_backend != "flashinfer" or not kv_cache_dtype.startswith("fp8") or not _is_mla(config):
+        return 0
+    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+    assert isinstance(text, Mapping)
+    return (_int(text, "kv_lora_rank") + _int(text, "qk_rope_head_dim")) * KV_CONVERSION_ELEMENT_BYTES
+
+
+# -- an architecture's memory terms, measured -------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryTerms:
+    """The outside-the-pool terms of one architecture on one kind of launch, with where they come from."""
+
+    graph_fixed_mib: float
+    graph_mib_per_bs: float
+    activation_mib_per_token: float
+    attention_workspace_mib: float
+    source: str
+
+
+_H200_RUN = "tests/fixtures/real-sglang/h200-glm5-arch-0.5.17 (one H200, sglang 0.5.17, TP 1, measured 2026-12-01)"
+# GLM-5's architecture (78 layers, 8 of 256 experts, dummy BF16 weights) on the H200 (docstring, 9.):
+# decode graphs for bs 1..64 took 0.52 GiB and for bs 1..128 0.85 GiB on the DSA backends (a line:
+# 194 MiB + 5.3 MiB per bs); 0.38 GiB for bs 1..64 on flashinfer MLA with a bf16 pool (50 + 5.3 per bs);
+# a prefill of 8,192 tokens left 4,602 MiB more reserved than the idle server (0.56 MiB per token; 0.58
+# between 1,024 and 8,192 tokens); between the pool and the first capture the attention backend took
+# 0.12 GiB (DSA) and 0.51-0.55 GiB (flashinfer MLA: its workspace and plan buffers).
+GLM5_TERMS_TP1_DSA = MemoryTerms(194.0, 5.3, 0.58, 123.0, _H200_RUN)
+GLM5_TERMS_TP1_MLA = MemoryTerms(50.0, 5.3, 0.58, 522.0, _H200_RUN + "; activations from the DSA start")
+# The seed box (8x RTX PRO 6000, SM120, TP 8, sglang 0.5.10.post1): the calibration above (1.-6., 8.);
+# its attention workspace is inside the graph term there (what 0.92 left was measured after both).
+GLM5_TERMS_TP8_SEED = MemoryTerms(
+    0.0, GRAPH_MIB_PER_BS, ACTIVATION_MIB_PER_TOKEN, 0.0,
+    "the seed box's 0.92 start (bs 1..64 graphs, 5.2 GiB left), conversion copy taken out; activations estimated",
+)  # fmt: skip
+
+
+def glm5_memory_terms(tp_size: int, dsa_attention: bool) -> MemoryTerms:
+    """GLM-5's terms for a launch: measured at TP 1 (the H200), the seed box's at TP > 1 (its per-bs graph
+    memory is 5.5x the H200's: what TP 8 adds per captured batch, the all-reduce and NCCL buffers of the
+    graphs and the NVFP4 MoE's workspaces, cannot be split on one GPU; TP 2-4 get the TP 8 figure)."""
+    if tp_size == 1:
+        return GLM5_TERMS_TP1_DSA if dsa_attention else GLM5_TERMS_TP1_MLA
+    return GLM5_TERMS_TP8_SEED
+
+
+def _flag(flags: Mapping[str, Any], *names: str) -> Any:
+    for name in names:
+        value = flags.get(name)
+        if value is not None and value is not False:
+            return value
+    return None
+
+
+def architecture_inputs(
+    config: Mapping[str, Any],
+    flags: Mapping[str, Any],
+    *,
+    sm_major: int | None,
+    sglang_version: str,
+    architecture: str | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """PlanInputs fields a launch of this model implies, and a note for each: the KV cell from the KV
+    dtype, the DSA backends sglang will run and an EAGLE/MTP draft, the page size, the fp8 conversion of
+    flashinfer MLA, and (for a known ``architecture``) its measured memory terms. ``flags`` are the
+    launch's flags (names without dashes)."""
+    tp = int(_flag(flags, "tp-size", "tensor-parallel-size", "tp") or 1)
+    attention = _flag(flags, "attention-backend")
+    dtype = resolve_kv_cache_dtype(str(_flag(flags, "kv-cache-dtype") or "auto"), config, sm_major=sm_major)
+    backends = None
+    notes: list[str] = []
+    if _is_nsa(config):
+        if sm_major is None:
+            raise PlanError("a DSA model's KV layout depends on the GPU: give sm_major (12 for RTX PRO 6000 Blackwell)")
+        backends = resolve_dsa_backends(
+            dtype, _flag(flags, "dsa-prefill-backend", "nsa-prefill-backend"),
+            _flag(flags, "dsa-decode-backend", "nsa-decode-backend"), sm_major=sm_major,
+            sglang_version=sglang_version, architecture=_architectures(config)[0],
+        )  # fmt: skip
+        notes.append(f"DSA backends {backends.prefill}/{backends.decode} ({backends.why})")
+    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+    assert isinstance(text, Mapping)
+    draft = 0
+    if _speculative(_flag(flags, "speculative-algorithm")):
+        # sglang: the draft's layers are num_nextn_predict_layers, or all of them when the config has none.
+        draft = int(text.get("num_nextn_predict_layers") or _int(text, "num_hidden_layers"))
+    cell = kv_cell(config, dtype, tp_size=tp, sm_major=sm_major, dsa_backends=backends, draft_layers=draft)
+    notes.append(f"KV cell {cell.attention}, {cell.kv_cache_dtype}: {cell.formula} = {cell.bytes_per_token:,} B/token")
+    conversion = kv_conversion_bytes_per_token(config, dtype, attention)
+    values: dict[str, Any] = {
+        "kv_bytes_per_token": cell.bytes_per_token,
+        "page_size": cell.page_size,
+        "mla_backend": _is_mla(config),
+        "piecewise_cuda_graph": piecewise_cuda_graph_enabled(config),
+        "kv_conversion_bytes_per_token": conversion,
+    }
+    if conversion:
+        notes.append(f"flashinfer MLA converts the fp8 pool to bf16 per layer: {conversion} B per pool token outside the pool")
+    if architecture == "glm-5":
+        terms = glm5_memory_terms(tp, dsa_attention=_is_nsa(config) and attention in (None, "dsa", "nsa"))
+        values.update(graph_fixed_mib=terms.graph_fixed_mib, graph_mib_per_bs=terms.graph_mib_per_bs,
+                      activation_mib_per_token=terms.activation_mib_per_token,
+                      attention_workspace_mib=terms.attention_workspace_mib)  # fmt: skip
+        notes.append(
+            f"GLM-5 terms: graphs {terms.graph_fixed_mib:g} + {terms.graph_mib_per_bs:g} MiB per bs, activations "
+            f"{terms.activation_mib_per_token:g} MiB per prefill token, attention workspace "
+            f"{terms.attention_workspace_mib:g} MiB ({terms.source})"
+        )
+    return values, notes
 
 
 def weights_gib_from_index(index: Mapping[str, Any], tp_size: int) -> float:
@@ -351,7 +577,12 @@ class PlanInputs:
     gpu_memory_used_mib: float = 0.0  # by other processes before the start (gpu facts)
     runtime_overhead_mib: float = SEED_RUNTIME_OVERHEAD_MIB
     graph_mib_per_bs: float = GRAPH_MIB_PER_BS
+    graph_fixed_mib: float = 0.0  # decode graphs' memory that does not grow with the batch size
+    attention_workspace_mib: float = 0.0  # the attention backend's buffers, allocated after the pool
     activation_mib_per_token: float = ACTIVATION_MIB_PER_TOKEN
+    # Bytes per pool token held outside the pool while attention runs: flashinfer MLA with an fp8 pool
+    # converts a layer's whole buffer to bf16 (:func:`kv_conversion_bytes_per_token`); 0 otherwise.
+    kv_conversion_bytes_per_token: int = 0
     allocator_slack_mib: float = ALLOCATOR_SLACK_MIB
     margin_mib: float = RECOMMENDATION_MARGIN_MIB
 
@@ -430,31 +661,38 @@ def plan(inputs: PlanInputs) -> Plan:
         SGLANG_MAX_PREFILL_TOKENS_DEFAULT
     )
     breakdown = {
-        "cuda_graphs": inputs.graph_mib_per_bs * graph_bs,
+        "cuda_graphs": (inputs.graph_fixed_mib + inputs.graph_mib_per_bs * graph_bs) if graph_bs else 0.0,
         "activations": inputs.activation_mib_per_token * chunk,
         "allocator_slack": float(inputs.allocator_slack_mib),
     }
-    required = sum(breakdown.values())
+    if inputs.attention_workspace_mib:
+        breakdown["attention_workspace"] = float(inputs.attention_workspace_mib)
+    if _speculative(inputs.speculative_algorithm):
+        breakdown["speculative_draft"] = float(SPECULATIVE_RESERVE_MIB)
     free0 = inputs.gpu_memory_mib - inputs.runtime_overhead_mib - inputs.gpu_memory_used_mib
 
-    recommended = _recommend(inputs, free0, required)
+    recommended = _recommend(inputs, free0, sum(breakdown.values()))
     fraction = inputs.mem_fraction_static
+    at = fraction if fraction is not None else recommended
+    kv_tokens = _kv_tokens(inputs, free0, at) if at is not None else None
+    pool = max(kv_tokens or 0, 0)
+    if inputs.kv_conversion_bytes_per_token:
+        # Grows with the pool, so with the fraction: the one term that does.
+        breakdown["kv_conversion"] = (pool + inputs.page_size) * inputs.kv_conversion_bytes_per_token / MIB
+    required = sum(breakdown.values())
     reasons: list[str] = []
     safe: bool | None = None
     available = headroom = free_after = None
     if fraction is not None:
         available = round(free0 * (1 - fraction), 1)
         headroom = round(available - required, 1)
-        free_after = available - breakdown["cuda_graphs"]
+        free_after = available - sum(breakdown.get(k, 0.0) for k in _HELD_AFTER_START)
         safe = headroom >= 0
         if not safe:
             reasons.append(
                 f"UNSAFE: {fraction} leaves {-headroom:,.0f} MiB too little outside the pool: "
                 "expect torch.OutOfMemoryError in CUDA-graph capture or the first large prefill"
             )
-    at = fraction if fraction is not None else recommended
-    kv_tokens = _kv_tokens(inputs, free0, at) if at is not None else None
-    pool = max(kv_tokens or 0, 0)
     token_buffers = (pool * EAGER_BUFFER_BYTES_PER_TOKEN + pool // inputs.page_size * FREE_LIST_BYTES_PER_PAGE) / MIB
     if free_after is not None:
         free_after = round(free_after - token_buffers, 1)
@@ -465,6 +703,8 @@ def plan(inputs: PlanInputs) -> Plan:
             "for a KV pool (sglang: 'Not enough memory. Please try to increase "
             "--mem-fraction-static.')"
         )
+    if inputs.kv_conversion_bytes_per_token and pool:
+        reasons.append(conversion_note(pool))
     if recommended is None:
         reasons.append(_no_safe_fraction(inputs, free0, required))
     if inputs.gpu_memory_used_mib > 0:
@@ -496,6 +736,26 @@ def plan(inputs: PlanInputs) -> Plan:
     )
 
 
+# Terms that stay allocated after the start (free memory after capture); activations and the slack are
+# the room the next large prefill needs, not held at idle.
+_HELD_AFTER_START = ("cuda_graphs", "attention_workspace", "kv_conversion", "speculative_draft")
+
+
+def _speculative(algorithm: str | None) -> bool:
+    return algorithm is not None and algorithm.upper() not in ("", "NGRAM")
+
+
+def conversion_note(pool_tokens: int) -> str:
+    """What the fp8-pool conversion of flashinfer MLA costs a decode step (docstring, 8.)."""
+    step_ms = pool_tokens * KV_CONVERSION_US_PER_TOKEN_H200 / 1000
+    return (
+        f"SLOW: --kv-cache-dtype fp8 with --attention-backend flashinfer on this MLA model converts the whole "
+        f"KV pool ({pool_tokens:,} tokens) to bf16 in every layer of every decode step: about {step_ms:,.0f} ms "
+        f"per step on an H200 (measured: 0.13 us per pool token), about 2.7x that on an RTX PRO 6000 "
+        f"(1.8 vs 4.8 TB/s), whatever the batch. Fix: --kv-cache-dtype bfloat16 (the profile 'tuned')"
+    )
+
+
 def _captured_max_bs(inputs: PlanInputs, server_max_bs: int) -> int:
     """Largest batch CUDA graphs are captured for: capped by the request pool
     (``cuda_graph_runner.py:454-480``), 0 with ``--disable-cuda-graph``."""
@@ -507,8 +767,15 @@ def _captured_max_bs(inputs: PlanInputs, server_max_bs: int) -> int:
 
 
 def _recommend(inputs: PlanInputs, free0: float, required: float) -> float | None:
-    """Largest fraction on the step grid leaving ``required + margin`` (and a KV pool)."""
-    limit = 1 - (required + inputs.margin_mib) / free0
+    """Largest fraction on the step grid leaving ``required + margin`` (and a KV pool). With a KV
+    conversion term (``r`` bytes per pool token of ``c``), the pool ``F0*f - W`` also needs ``r/c`` of
+    itself outside: ``F0*(1-f) >= R + (r/c)*(F0*f - W)``, so ``f <= (F0 - R + (r/c)*W) / (F0*(1 + r/c))``."""
+    outside = required + inputs.margin_mib
+    ratio = 0.0
+    if inputs.kv_conversion_bytes_per_token and inputs.kv_bytes_per_token:
+        ratio = inputs.kv_conversion_bytes_per_token / inputs.kv_bytes_per_token
+    weights_mib = (inputs.weights_gib_per_gpu or 0.0) * 1024
+    limit = (free0 - outside + ratio * weights_mib) / (free0 * (1 + ratio))
     best = math.floor(round(limit / FRACTION_STEP, 6)) * FRACTION_STEP
     best = round(min(best, 0.99), 2)
     if best <= 0:
@@ -566,6 +833,9 @@ _FIELD_RANGES: dict[str, tuple[bool, float, bool]] = {
     "gpu_memory_used_mib": (False, 0, False),
     "runtime_overhead_mib": (False, 0, False),
     "graph_mib_per_bs": (False, 0, False),
+    "graph_fixed_mib": (False, 0, False),
+    "attention_workspace_mib": (False, 0, False),
+    "kv_conversion_bytes_per_token": (True, 0, False),
     "activation_mib_per_token": (False, 0, False),
     "allocator_slack_mib": (False, 0, False),
     "margin_mib": (False, 0, False),
@@ -682,7 +952,7 @@ def inputs_from_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
         ("pp_size", ("pp-size", "pipeline-parallel-size"), int),
         ("dp_size", ("dp-size", "data-parallel-size"), int),
         ("chunked_prefill_size", ("chunked-prefill-size",), int),
-        ("cuda_graph_max_bs", ("cuda-graph-max-bs",), int),
+        ("cuda_graph_max_bs", ("cuda-graph-max-bs", "cuda-graph-max-bs-decode"), int),
         ("max_running_requests", ("max-running-requests",), int),
         ("max_total_tokens", ("max-total-tokens",), int),
         ("page_size", ("page-size",), int),

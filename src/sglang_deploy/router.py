@@ -48,7 +48,7 @@ def _bracket(address: str) -> str:
 # The variables of a worker host its URL is made of (the filters read only these).
 WORKER_URL_VARS = (
     "sglang_router_worker_url", "sglang_server_flags", "sglang_server_flags_override",
-    "sglang_router_worker_address", "ansible_host",
+    "sglang_server_profile", "sglang_server_profiles", "sglang_router_worker_address", "ansible_host",
 )  # fmt: skip
 
 
@@ -61,9 +61,18 @@ def worker_url(hostname: str, host_vars: Mapping[str, Any]) -> str:
         if not url.startswith(("http://", "https://")):
             raise RouterConfigError(f"{hostname}: sglang_router_worker_url {url!r} is not an http(s):// URL")
         return url
-    # The port alone, the override first: the flags' other values need not template here.
+    # The port alone, the override first, then the launch profile: the flags' other values need not
+    # template here.
     override = host_vars.get("sglang_server_flags_override") or {}
-    port = override["port"] if "port" in override else (host_vars.get("sglang_server_flags") or {}).get("port")
+    profile = host_vars.get("sglang_server_profile") or ""
+    profiles = host_vars.get("sglang_server_profiles") or {}
+    profiled = (profiles.get(profile) or {}) if isinstance(profiles, Mapping) else {}
+    if "port" in override:
+        port = override["port"]
+    elif "port" in profiled:
+        port = profiled["port"]
+    else:
+        port = (host_vars.get("sglang_server_flags") or {}).get("port")
     port = DEFAULT_WORKER_PORT if port is None else port
     if isinstance(port, bool) or not str(port).isdigit() or not 1 <= int(port) <= 65535:
         raise RouterConfigError(f"{hostname}: worker port {port!r} is not a port (1-65535)")

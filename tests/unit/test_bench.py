@@ -314,3 +314,71 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str, tokeniz
     assert "Traceback" not in output and message in output and KEY not in output, output
     lines = [line for line in output.splitlines() if line.strip()]
     assert len(lines) == 1 or (lines[0].startswith("usage:") and ": error: " in lines[-1]), output
+
+
+# --- --compare: two runs side by side ----------------------------------------------------------------------
+def _latency_run(points: dict[int, tuple[float, float]], failed: tuple[int, ...] = ()) -> bench.Run:
+    """_run with latencies: ITL grows with the batch, TTFT with the queue."""
+    run = _run(points, failed)
+    for step in run.steps:
+        record = step["record"]
+        record.update(median_ttft_ms=100.0 * step["concurrency"], p99_ttft_ms=150.0 * step["concurrency"],
+                      median_itl_ms=1000.0 * step["concurrency"] / record["output_throughput"],
+                      p99_itl_ms=1500.0 * step["concurrency"] / record["output_throughput"])  # fmt: skip
+    return run
+
+
+def test_compare_shows_b_over_a_per_concurrency_and_judges_output_throughput(tmp_path: Path) -> None:
+    bench.write_run(tmp_path / "a", _latency_run({1: (30.0, 90.0), 16: (300.0, 900.0), 64: (800.0, 2400.0)}))
+    bench.write_run(tmp_path / "b", _latency_run({1: (33.0, 99.0), 16: (450.0, 1350.0), 64: (1600.0, 4800.0)}))
+    comparison = bench.compare_sides(bench.load_side(str(tmp_path / "a")), bench.load_side(str(tmp_path / "b")), 0.10)
+    assert [(c, round(r, 2)) for c, r in comparison.judged()] == [(1, 1.1), (16, 1.5), (64, 2.0)]
+    assert comparison.faster == [16, 64] and comparison.slower == [] and comparison.ok
+    assert comparison.verdict().startswith("B is FASTER at 16, 64 (output throughput B/A: 1.10x at 1, 1.50x at 16, 2.00x at 64")
+    row64 = comparison.rows[-1]
+    assert row64.ratio("median_itl_ms") == pytest.approx(0.5) and row64.ratio("total_throughput") == pytest.approx(2.0)
+    paths = bench.write_comparison(tmp_path / "cmp", comparison)
+    report = paths["compare.md"].read_text()
+    assert "| 64 | 800.0 / 1,600.0 (2.00x) | 2,400.0 / 4,800.0 (2.00x) |" in report
+    assert json.loads(paths["compare.json"].read_text())["rows"][2]["output_throughput_ratio"] == pytest.approx(2.0)
+    assert _png_size(paths["compare.png"]) == (1500, 460)
+    assert oct(paths["compare.md"].stat().st_mode & 0o777) == "0o600"
+
+
+def test_compare_calls_b_slower_mixed_or_failed_and_the_exit_status_follows() -> None:
+    a = bench.side_of_run(Path("a"), _latency_run({1: (30.0, 90.0), 64: (800.0, 2400.0)}))
+    slower = bench.compare_sides(a, bench.side_of_run(Path("b"), _latency_run({1: (30.0, 90.0), 64: (600.0, 1800.0)})))
+    assert slower.slower == [64] and not slower.ok and slower.verdict().startswith("B is SLOWER at 64")
+    mixed = bench.compare_sides(a, bench.side_of_run(Path("b"), _latency_run({1: (40.0, 120.0), 64: (600.0, 1800.0)})))
+    assert mixed.verdict().startswith("MIXED: B is faster at 1 and slower at 64")
+    failed = bench.compare_sides(a, bench.side_of_run(Path("b"), _latency_run({1: (30.0, 90.0), 64: (10.0, 30.0)}, failed=(64,))))
+    assert failed.b_failed == [64] and not failed.ok and "B FAILED at concurrency 64" in failed.verdict()
+    assert bench.compare_sides(a, a).verdict().startswith("SAME within +-10%")
+
+
+def test_compare_takes_the_seed_figures_with_a_note_and_refuses_other_lengths(tmp_path: Path) -> None:
+    seed = bench.load_side("seed-004")
+    run = bench.side_of_run(tmp_path, _latency_run({16: (60.0, 180.0), 64: (900.0, 2700.0)}))
+    comparison = bench.compare_sides(seed, run)
+    assert [(c, round(r, 1)) for c, r in comparison.judged()] == [(16, 1.2), (64, 4.0)]
+    assert comparison.rows[1].ratio("median_itl_ms") is None  # the seed gave no latencies
+    assert "seed-004 does not record its input/output lengths" in comparison.notes[0]
+    other = bench.Side("other", "x", {64: {"output_throughput": 1.0}}, {}, 128, 64)
+    with pytest.raises(bench.BenchInputError, match="not the same workload"):
+        bench.compare_sides(run, other)
+
+
+def test_the_compare_command_writes_the_comparison_and_exits_on_the_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench.write_run(tmp_path / "a", _latency_run({16: (300.0, 900.0), 64: (800.0, 2400.0)}))
+    bench.write_run(tmp_path / "b", _latency_run({16: (250.0, 750.0), 64: (700.0, 2100.0)}))
+    assert cli.main(["bench", "--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "out")]) == 1
+    captured = capsys.readouterr()
+    assert "B is SLOWER everywhere" in captured.err
+    [written] = (tmp_path / "out" / "compare").iterdir()
+    assert captured.out.strip() == str(written / "compare.md")
+    assert cli.main(["bench", "--compare", str(tmp_path / "b"), str(tmp_path / "a"), "--out", str(tmp_path / "out")]) == 0
+    # A wrong count or a sweep option with two runs: one line, exit 2.
+    assert cli.main(["bench", "--compare", "a", "b", "c"]) == 2
+    assert cli.main(["bench", "--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--endpoint", "http://127.0.0.1:1"]) == 2
+    assert cli.main(["bench", "--compare", str(tmp_path / "nothing"), "seed-004"]) == 2
+    assert "cannot read it" in capsys.readouterr().err

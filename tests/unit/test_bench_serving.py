@@ -221,6 +221,33 @@ def test_endpoint_command_end_to_end(serve: Any, tokenizer: str, tmp_path: Path,
     _no_secret_under(out)
 
 
+def test_compare_puts_two_real_sweeps_side_by_side(serve: Any, tokenizer: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """`bench --compare`: a sweep against a stand-in streaming 40 tok/s per request, then (--compare A with
+    --endpoint) one against a stand-in twice as fast beside it, then the two stored runs with --compare A B:
+    B/A of the output throughput is the rates' ratio (2x, within the tolerance) at both concurrencies, the
+    ITL's is its inverse, and the verdict and exit status say which is faster."""
+    monkeypatch.setenv("SGLANG_API_KEY", KEY)
+    slow, fast = serve("--standin-tokens-per-s", "40"), serve("--standin-tokens-per-s", "80")
+    common = ["--model", "tiny", "--tokenizer", tokenizer, "--input-len", "64", "--output-len", "24", "--concurrency", "1,2"]
+    assert cli.main(["bench", "--endpoint", slow.url, *common, "--out", str(tmp_path / "a")]) == 0
+    [run_a] = list((tmp_path / "a").glob("*/*"))
+    capsys.readouterr()
+    assert cli.main(["bench", "--endpoint", fast.url, *common, "--out", str(tmp_path / "b"), "--compare", str(run_a)]) == 0
+    [run_b] = list((tmp_path / "b").glob("*/*"))
+    assert "B is FASTER everywhere" in capsys.readouterr().err
+    beside = json.loads((run_b / "compare.json").read_text())
+    for row in beside["rows"]:
+        assert near(row["output_throughput_ratio"], 2.0), row
+        assert near(row["median_itl_ms_ratio"], 0.5), row
+    assert (run_b / "compare.png").read_bytes()[:4] == b"\x89PNG"
+    # The two stored runs, the other way round: B (the slow one) is slower, exit 1.
+    assert cli.main(["bench", "--compare", str(run_b), str(run_a), "--out", str(tmp_path / "c")]) == 1
+    assert "B is SLOWER everywhere" in capsys.readouterr().err
+    for out in ("a", "b", "c"):
+        _no_secret_under(tmp_path / out)
+
+
 def test_inventory_command_end_to_end(serve: Any, tokenizer: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     """`sglang-deploy bench -i`: playbooks/bench.yml on a local-connection host whose "ml-env" is the

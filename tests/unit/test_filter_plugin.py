@@ -36,9 +36,12 @@ def test_env_file_lines():
     with pytest.raises(AnsibleFilterError, match="host h: sglang_server_secret_env"):
         plugin.sglang_env_file_lines({"BAD NAME": "k"}, host="h")
     assert set(plugin.FilterModule().filters()) == {
-        "sglang_launch", "sglang_env_file_lines", "sglang_unit_settings", "sglang_path_component",
-        "sglang_redact",
+        "sglang_launch", "sglang_profile_flags", "sglang_env_file_lines", "sglang_unit_settings",
+        "sglang_path_component", "sglang_redact",
     }
+    with pytest.raises(AnsibleFilterError, match=r"^host h: sglang_server_profile 'x' is not one of"):
+        plugin.sglang_profile_flags({"port": 8000}, "x", {"tuned": {}}, host="h")
+    assert plugin.sglang_profile_flags({"port": 8000}, "tuned", {"tuned": {"port": 9000}}) == {"port": 9000}
 
 
 def test_redact_masks_every_secret_longest_first():

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-PROFILE_FILES = ("sglang_server.yml", "hf_model.yml", "ml_env.yml", "nvidia_cuda.yml")
+PROFILE_FILES = ("sglang_server.yml", "profiles.yml", "hf_model.yml", "ml_env.yml", "nvidia_cuda.yml")
 
 
 @pytest.mark.parametrize("name", PROFILE_FILES)
@@ -44,3 +44,18 @@ def test_a_flag_the_router_does_not_know_fails_validate_before_any_host(tmp_path
     out = done.stdout + done.stderr
     assert done.returncode != 0, out
     assert "router-01" in out and "no-such-router-flag" in out and "sglang_router_extra_flags" in out, out
+
+
+def test_the_tuned_profile_validates_with_the_lanes_parser(tmp_path: Path):
+    """inventory/proxmox with sglang_server_profile: tuned (BF16 KV, MTP, the planner's fraction): sglang
+    0.5.10.post1's own parser accepts the launch, and an unknown profile name is refused naming the fix."""
+    inventory = tmp_path / "inventory"
+    shutil.copytree(ROOT / "inventory" / "proxmox", inventory)
+    (inventory / "host_vars").mkdir()
+    (inventory / "host_vars" / "glm5-01.yml").write_text("sglang_server_profile: tuned\n")
+    done = _validate(inventory)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (inventory / "host_vars" / "glm5-01.yml").write_text("sglang_server_profile: tunned\n")
+    done = _validate(inventory)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0 and "host glm5-01" in out and "'tunned' is not one of sglang_server_profiles" in out, out

@@ -164,3 +164,36 @@ def test_validation_argv_swaps_our_auto_placeholder_only():
     assert launch.validation_argv() == ["--mem-fraction-static", "0.9", "--tp-size", "8"]
     fixed = LaunchConfig.from_vars({"mem-fraction-static": 0.92}, python="/p")
     assert fixed.validation_argv() == fixed.flag_argv() == ["--mem-fraction-static", "0.92"]
+
+
+# --- launch profiles (sglang_server_profile / sglang_server_profiles) -------------------------------------
+def test_a_profile_is_merged_between_the_flags_and_the_override(profile):
+    from sglang_deploy.launch import profile_flags as merged_profile
+    import yaml
+    from conftest import ROOT
+
+    profiles = yaml.safe_load((ROOT / "inventory/proxmox/group_vars/sglang_servers/profiles.yml").read_text())
+    flags = profile["sglang_server_flags"]
+    # seed-004 is the flags as they are; "" too.
+    assert merged_profile(flags, "seed-004", profiles["sglang_server_profiles"]) == flags
+    assert merged_profile(flags, "", profiles["sglang_server_profiles"]) == flags
+    tuned = config(flags, profile="tuned", profiles=profiles["sglang_server_profiles"], flags_override={"port": 9000})
+    assert tuned.flag("kv-cache-dtype").value == "bfloat16" and tuned.flag("speculative-algorithm").value == "EAGLE"
+    assert tuned.flag("mem-fraction-static").value == "auto" and tuned.flag("port").value == "9000"
+    assert tuned.flag("nsa-decode-backend").value == "trtllm"  # what the profile does not change stays
+    # The order on the command line is the flags' own; new flags come last.
+    names = [f.name for f in tuned.flags]
+    assert names.index("kv-cache-dtype") < names.index("quantization") < names.index("speculative-algorithm")
+    removed = config(flags, profile="p", profiles={"p": {"enable-metrics": None}})
+    assert removed.flag("enable-metrics") is None
+
+
+@pytest.mark.parametrize(("name", "profiles", "message"), [
+    ("tunned", {"seed-004": {}, "tuned": {}}, "sglang_server_profile 'tunned' is not one of sglang_server_profiles (seed-004, tuned)"),
+    ("tuned", {}, "(none defined)"),
+    ("tuned", {"tuned": ["kv-cache-dtype"]}, "sglang_server_profiles['tuned'] must be a mapping"),
+])  # fmt: skip
+def test_an_unknown_or_malformed_profile_is_refused_with_the_fix(name, profiles, message):
+    with pytest.raises(LaunchConfigError) as err:
+        config({"port": 8000}, profile=name, profiles=profiles)
+    assert message in str(err.value)

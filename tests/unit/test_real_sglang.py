@@ -4,14 +4,13 @@ endpoint suite and the correctness gate send fits the context the server reporte
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
 
-from sglang_deploy import doctor, planner
+from sglang_deploy import doctor, planner, startlog
 from sglang_deploy_host import endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,14 +18,6 @@ RUN = ROOT / "tests" / "fixtures" / "real-sglang" / "h200-sglang-0.5.17"
 LOGS = sorted(RUN.glob("*.sglang.log"))
 # inventory/device/group_vars/device_h200.yml: sglang_server_memory_plan and the launch flags.
 H200_MIB, KV_BYTES_PER_TOKEN, MAX_RUNNING_REQUESTS = 143_771, 1_024, 64
-
-
-def _script(name: str):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "device" / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_run_left_four_server_logs() -> None:
@@ -42,7 +33,7 @@ def test_doctor_finds_nothing_in_a_real_clean_start(log: Path) -> None:
 
 @pytest.mark.parametrize("log", LOGS, ids=lambda p: p.name)
 def test_planner_kv_pool_is_within_a_quarter_percent_of_sglangs(log: Path) -> None:
-    readings = _script("planner_vs_sglang").sglang_readings(log.read_text())
+    readings = startlog.parse(log.read_text()).readings
     plan = planner.plan(
         planner.PlanInputs(
             gpu_memory_mib=H200_MIB, weights_gib_per_gpu=0.0, kv_bytes_per_token=KV_BYTES_PER_TOKEN,
@@ -58,7 +49,7 @@ def test_planner_free_memory_after_capture_matches_sglangs_with_this_models_grap
     """With the decode-graph size measured for this model (30-41 MiB for bs 1..64: 0.5 MiB per bs; the
     default 38 is GLM-5's), the planner's free memory after the start is within 100 MiB of sglang's
     ``available_gpu_mem``: the per-token buffers outside the pool (about 6 GiB here) are counted."""
-    readings = _script("planner_vs_sglang").sglang_readings(log.read_text())
+    readings = startlog.parse(log.read_text()).readings
     plan = planner.plan(
         planner.PlanInputs(
             gpu_memory_mib=H200_MIB, weights_gib_per_gpu=0.0, kv_bytes_per_token=KV_BYTES_PER_TOKEN,

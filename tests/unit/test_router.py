@@ -201,3 +201,11 @@ def test_default_argv_parses_with_the_pinned_router(router_venv: Path):
     assert args["policy"] == "cache_aware"
     assert args["worker_urls"] == ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]
     assert args["prometheus_port"] == DEFAULTS["sglang_router_prometheus_port"]
+
+
+def test_worker_url_reads_the_port_of_the_hosts_launch_profile():
+    host = {"ansible_host": "10.0.0.1", "sglang_server_flags": {"port": 8000},
+            "sglang_server_profile": "alt", "sglang_server_profiles": {"alt": {"port": 8100}, "other": {"port": 1}}}  # fmt: skip
+    assert router.worker_url("w1", host) == "http://10.0.0.1:8100"
+    assert router.worker_url("w1", {**host, "sglang_server_flags_override": {"port": 9000}}) == "http://10.0.0.1:9000"
+    assert router.worker_url("w1", {**host, "sglang_server_profile": ""}) == "http://10.0.0.1:8000"

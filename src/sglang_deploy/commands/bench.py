@@ -9,6 +9,11 @@ table, plot) and a verdict against a baseline. Exit 0: every step ran clean and 
       any server, with the lane's pinned bench_serving from its validator venv here. The API key
       comes from $SGLANG_API_KEY or --api-key-file (never from the command line, which every user
       of the machine can read).
+  sglang-deploy bench --compare A B
+      two stored runs (or a run and a shipped baseline such as seed-004) side by side, no sweep:
+      a table per concurrency with B/A for each metric, one plot and a verdict (exit 1 when B is
+      slower beyond --threshold or failed a step). With -i or --endpoint and one run, --compare A
+      puts the new sweep (B) beside A.
 
 Results: artifacts/bench/<host>/<UTC time>/ (results.jsonl, sweep.json, report.md, bench.png).
 """
@@ -90,6 +95,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         f"shipped baseline: {', '.join(bench.shipped_baselines())}",
     )
     verdict.add_argument(
+        "--compare", nargs="+", metavar="RUN",
+        help="A B: two stored runs (or a shipped baseline) side by side, no sweep; A with -i/--endpoint: the new "
+        "sweep beside A. Table, one plot and a verdict (compare.md, compare.png, compare.json)",
+    )  # fmt: skip
+    verdict.add_argument(
         "--threshold", type=float, default=bench.DEFAULT_THRESHOLD,
         help="a throughput below (1 - THRESHOLD) x the baseline's is a regression (default 0.10)",
     )  # fmt: skip
@@ -115,6 +125,13 @@ def run(args: argparse.Namespace) -> int:
         )
     if not (0 < args.threshold < 1):
         return usage_error("bench", f"--threshold {args.threshold} must be between 0 and 1 (0.10 = 10% slower is a regression)")
+    out = Path(args.out).resolve() if args.out else runner.project_dir() / "artifacts" / "bench"
+    if args.compare and len(args.compare) > 2:
+        return usage_error("bench", f"--compare takes one run (with -i/--endpoint) or two (A B), not {len(args.compare)}")
+    if args.compare and len(args.compare) == 2:
+        if args.endpoint or args.inventory or args.limit or args.baseline:
+            return usage_error("bench", "--compare A B compares two stored runs; it runs no sweep (drop -i/--endpoint/--baseline)")
+        return run_compare(args.compare[0], args.compare[1], args.threshold, out)
     try:
         # Everything that can be refused before a host or server is contacted (the plan itself needs
         # the server's --max-running-requests, known only later).
@@ -122,9 +139,18 @@ def run(args: argparse.Namespace) -> int:
         host_bench.plan(args.concurrency, None, args.prompts_per_concurrency)
         baseline = bench.load_baseline(args.baseline) if args.baseline else None
         notes = [note for note in [bench.check_lengths(baseline, args.input_len, args.output_len)] if note] if baseline else []
+        against = bench.load_side(args.compare[0]) if args.compare else None
+        if against is not None and None not in (against.input_len, against.output_len) and (
+            (against.input_len, against.output_len) != (args.input_len, args.output_len)
+        ):
+            raise bench.BenchInputError(
+                f"--compare {args.compare[0]} ran {against.input_len} input / {against.output_len} output tokens, this "
+                f"sweep would run {args.input_len} / {args.output_len}. Fix: pass --input-len {against.input_len} "
+                f"--output-len {against.output_len}"
+            )
     except (host_bench.BenchError, bench.BenchInputError) as err:
         return usage_error("bench", str(err))
-    out = Path(args.out).resolve() if args.out else runner.project_dir() / "artifacts" / "bench"
+    args.compare_side = against
     if args.endpoint:
         if args.inventory or args.limit:
             return usage_error("bench", "--endpoint benchmarks one URL; it does not take -i/-l")
@@ -199,7 +225,8 @@ def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench.Baseline |
         "git_revision": bench.git_revision(runner.project_dir()), "gpu_facts": None, "flags": None,
         "settings": _settings(args),
     }  # fmt: skip
-    return _finish([(out / label / bench.utc_stamp(started), bench.Run(meta=meta, steps=results))], baseline, args.threshold, notes)
+    return _finish([(out / label / bench.utc_stamp(started), bench.Run(meta=meta, steps=results))], baseline, args.threshold, notes,
+                   args.compare_side)
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -283,7 +310,7 @@ def run_inventory(args: argparse.Namespace, out: Path, baseline: bench.Baseline 
         run.meta["url"] = f"{endpoint.base_url(flags)} on {run.meta.get('host', '?')}"
         run.meta["model"] = endpoint.served_model_name(flags)
         runs.append((directory, run))
-    status = _finish(runs, baseline, args.threshold, notes) if runs else 1
+    status = _finish(runs, baseline, args.threshold, notes, args.compare_side) if runs else 1
     if result.rc != 0 or not runs:
         _console.print(f"[red]the benchmark playbook failed[/] ({result.status}); artifacts: {result.config.artifact_dir}")
         return max(status, 1)
@@ -291,8 +318,44 @@ def run_inventory(args: argparse.Namespace, out: Path, baseline: bench.Baseline 
 
 
 # --- the report -----------------------------------------------------------------------------------
-def _finish(runs: list[tuple[Path, bench.Run]], baseline: bench.Baseline | None, threshold: float, notes: list[str]) -> int:
-    """Verdict, files and a summary for each run; the exit status of them all."""
+def run_compare(spec_a: str, spec_b: str, threshold: float, out: Path) -> int:
+    """--compare A B: two stored runs side by side, written to OUT/compare/<UTC time>/."""
+    try:
+        comparison = bench.compare_sides(bench.load_side(spec_a), bench.load_side(spec_b), threshold)
+    except bench.BenchInputError as err:
+        return usage_error("bench", str(err))
+    return _report_comparison(out / "compare" / bench.utc_stamp(), comparison)
+
+
+def _report_comparison(directory: Path, comparison: bench.RunComparison) -> int:
+    paths = bench.write_comparison(directory, comparison)
+    width = None if _console.is_terminal else 160
+    _console.print(_compare_table(comparison), width=width)
+    for note in comparison.notes:
+        _console.print(f"note: {escape(note)}")
+    style = "green" if comparison.ok else "red"
+    _console.print(f"[{style}]{escape(comparison.verdict())}[/]")
+    _console.print(f"comparison: {paths['compare.md']}\nplot:       {paths['compare.png']}")
+    print(paths["compare.md"])
+    return 0 if comparison.ok else 1
+
+
+def _compare_table(comparison: bench.RunComparison) -> Table:
+    table = Table(title=f"B: {comparison.b.name}  against  A: {comparison.a.name}")
+    table.add_column("concurrency", justify="right")
+    for _metric, title, _higher in bench.COMPARE_METRICS:
+        table.add_column(f"{title} A / B", justify="right")
+    for row in comparison.rows:
+        table.add_row(str(row.concurrency), *(row.cell(metric) for metric, _title, _higher in bench.COMPARE_METRICS))
+    return table
+
+
+def _finish(
+    runs: list[tuple[Path, bench.Run]], baseline: bench.Baseline | None, threshold: float, notes: list[str],
+    against: bench.Side | None = None,
+) -> int:
+    """Verdict, files and a summary for each run (and, with --compare A, the run beside A); the exit
+    status of them all."""
     status = 0
     for directory, run in runs:
         if baseline is not None:
@@ -313,6 +376,9 @@ def _finish(runs: list[tuple[Path, bench.Run]], baseline: bench.Baseline | None,
         print(paths["report.md"])
         if not verdict.startswith("ok"):
             status = 1
+        if against is not None:
+            comparison = bench.compare_sides(against, bench.side_of_run(directory, run), threshold)
+            status = max(status, _report_comparison(directory, comparison))
     return status
 
 

@@ -17,7 +17,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sglang_deploy import planner, runner
+from sglang_deploy import architectures, planner, runner
+from sglang_deploy.lanes import DEFAULT_LANE, LaneError, load_lane
 from sglang_deploy.launch import LaunchConfig, LaunchConfigError
 
 _console = Console(highlight=False, soft_wrap=True)
@@ -37,8 +38,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     src = p.add_argument_group("where the inputs come from")
     src.add_argument("-i", "--inventory", help="read the launch flags of a host of this inventory")
     src.add_argument("--host", help="inventory host (default: the only host of sglang_servers)")
+    src.add_argument("--profile", help="with -i: plan this launch profile of sglang_server_profiles instead of the host's")
     src.add_argument("--gpu-facts", help="GPU facts JSON (gpufacts.py output / GpuFacts.to_dict())")
     src.add_argument("--model-config", help="the model's config.json (KV cell size)")
+    src.add_argument(
+        "--architecture", choices=sorted(architectures.KNOWN),
+        help="a known architecture instead of --model-config: its shapes and measured memory terms",
+    )  # fmt: skip
+    src.add_argument("--lane", help=f"whose sglang's rules apply (default: the host's sglang_server_lane, else {DEFAULT_LANE})")
     src.add_argument("--hf-quant-config", help="hf_quant_config.json (default: beside config.json)")
     src.add_argument("--safetensors-index", help="model.safetensors.index.json (weights per GPU)")
     gpu = p.add_argument_group("GPU and model")
@@ -49,6 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     gpu.add_argument("--weights-gib-per-gpu", type=float, help="weights (load footprint) per GPU")
     gpu.add_argument("--kv-bytes-per-token", type=int, help="KV cell size per token per GPU")
     gpu.add_argument("--kv-cache-dtype", help="as sglang's flag (default auto)")
+    gpu.add_argument("--attention-backend", help="as sglang's flag (flashinfer + an fp8 pool on MLA: the conversion copy)")
+    gpu.add_argument("--dsa-prefill-backend", help="as sglang's --dsa-/--nsa-prefill-backend (the DSA KV layout)")
+    gpu.add_argument("--dsa-decode-backend", help="as sglang's --dsa-/--nsa-decode-backend")
+    gpu.add_argument("--speculative-algorithm", help="as sglang's flag (EAGLE: the draft's pool and graphs)")
     gpu.add_argument("--page-size", type=int)
     launch = p.add_argument_group("launch flags")
     launch.add_argument("--mem-fraction-static", type=float, help="the fraction to judge")
@@ -72,7 +83,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         inputs, notes = build_inputs(args)
         result = planner.plan(inputs)
-    except (planner.PlanError, LaunchConfigError) as err:
+    except (planner.PlanError, LaunchConfigError, LaneError) as err:
         _err.print(f"[red]plan: {err}[/]")
         return 2
     result_dict = {**result.to_dict(), "notes": notes}
@@ -88,7 +99,10 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
     """Merge inventory, GPU facts, model files and flags into :class:`planner.PlanInputs`."""
     notes: list[str] = []
     values: dict[str, Any] = {}
-    kv_dtype = "auto"
+    launch_flags: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    lane = args.lane
+    architecture = args.architecture
     if args.inventory:
         host, host_vars = inventory_host_vars(args.inventory, args.host)
         notes.append(f"launch flags of {host} from {args.inventory}")
@@ -96,18 +110,23 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
             host_vars.get("sglang_server_flags"),
             python="python3",
             flags_override=host_vars.get("sglang_server_flags_override"),
+            profile=args.profile if args.profile is not None else host_vars.get("sglang_server_profile"),
+            profiles=host_vars.get("sglang_server_profiles"),
         )
-        from_flags = planner.inputs_from_flags(launch.to_dict()["flags"])
-        kv_dtype = from_flags.pop("kv_cache_dtype", kv_dtype)
+        profile = args.profile if args.profile is not None else host_vars.get("sglang_server_profile")
+        if profile:
+            notes.append(f"launch profile {profile!r}")
+        launch_flags = dict(launch.to_dict()["flags"])
+        from_flags = planner.inputs_from_flags(launch_flags)
+        from_flags.pop("kv_cache_dtype", None)
         values.update(from_flags)
-        extra = host_vars.get(PLAN_VAR) or {}
-        if not isinstance(extra, dict):
+        raw = host_vars.get(PLAN_VAR) or {}
+        if not isinstance(raw, dict):
             raise planner.PlanError(f"{PLAN_VAR} of {host} must be a mapping")
-        values.update({k: v for k, v in extra.items() if k in _PLAN_FIELDS})
-        kv_dtype = str(extra.get("kv_cache_dtype", kv_dtype))
-        sm_major = extra.get("sm_major")
-    else:
-        sm_major = None
+        extra = dict(raw)
+        lane = lane or host_vars.get("sglang_server_lane")
+        architecture = architecture or extra.get("architecture")
+    sm_major = extra.get("sm_major")
     if args.gpu_facts:
         summary = planner.gpu_facts_summary(_read_json(args.gpu_facts, "--gpu-facts"))
         notes.append(
@@ -118,30 +137,40 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
         values.update(summary)
     if args.sm_major is not None:
         sm_major = args.sm_major
-    if args.kv_cache_dtype:
-        kv_dtype = args.kv_cache_dtype
+    for name in ("kv_cache_dtype", "attention_backend", "dsa_prefill_backend", "dsa_decode_backend", "speculative_algorithm"):
+        if getattr(args, name):
+            launch_flags[name.replace("_", "-")] = getattr(args, name)
+    if args.speculative_algorithm:
+        values["speculative_algorithm"] = args.speculative_algorithm
+    if args.tp_size is not None:
+        launch_flags["tp-size"] = args.tp_size
+    config = None
+    if args.model_config:
+        config = _read_json(args.model_config, "--model-config")
+        beside = Path(args.model_config).with_name("hf_quant_config.json")
+        quant_path = Path(args.hf_quant_config) if args.hf_quant_config else beside
+        if quant_path.is_file():  # its kv_cache_quant_algo decides what `auto` means
+            config = {**config, "quantization_config": _read_json(str(quant_path), "--hf-quant-config")}
+    elif architecture:
+        try:
+            config = architectures.config(str(architecture))
+        except KeyError as err:
+            raise planner.PlanError(f"{PLAN_VAR}.architecture: {err.args[0]}") from None
+    if config is not None:
+        version = load_lane(lane or DEFAULT_LANE).sglang
+        derived, derived_notes = planner.architecture_inputs(
+            config, launch_flags, sm_major=sm_major, sglang_version=version,
+            architecture=str(architecture) if architecture and not args.model_config else None,
+        )  # fmt: skip
+        notes += derived_notes + [f"rules of sglang {version} (lane {lane or DEFAULT_LANE})"]
+        values.update(derived)
+    # What the inventory spells out wins over what the architecture gives; the command line over both.
+    values.update({k: v for k, v in extra.items() if k in _PLAN_FIELDS})
     for name in _FLAG_FIELDS:
         value = getattr(args, name, None)
         if value is not None:
             values[name] = tuple(value) if isinstance(value, list) else value
     tp = int(values.get("tp_size", 1))
-    if args.model_config:
-        config = _read_json(args.model_config, "--model-config")
-        beside = Path(args.model_config).with_name("hf_quant_config.json")
-        quant_path = Path(args.hf_quant_config) if args.hf_quant_config else beside
-        quant = _read_json(str(quant_path), "--hf-quant-config") if quant_path.is_file() else None
-        values["mla_backend"] = planner._is_mla(config)
-        values.setdefault("piecewise_cuda_graph", planner.piecewise_cuda_graph_enabled(config))
-        if args.kv_bytes_per_token is None:
-            cell = planner.kv_cell(
-                config, kv_dtype, tp_size=tp, sm_major=sm_major, hf_quant_config=quant
-            )
-            values["kv_bytes_per_token"] = cell.bytes_per_token
-            values.setdefault("page_size", cell.page_size)
-            notes.append(
-                f"KV cell {cell.attention}, {cell.kv_cache_dtype}: {cell.formula} = "
-                f"{cell.bytes_per_token:,} B/token"
-            )
     if args.safetensors_index and args.weights_gib_per_gpu is None:
         index = _read_json(args.safetensors_index, "--safetensors-index")
         values["weights_gib_per_gpu"] = round(planner.weights_gib_from_index(index, tp), 3)
@@ -159,7 +188,7 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
     if values.get("weights_gib_per_gpu") is None or values.get("kv_bytes_per_token") is None:
         notes.append(
             "kv_tokens not computed: give --weights-gib-per-gpu (or --safetensors-index) and "
-            "--kv-bytes-per-token (or --model-config)"
+            "--kv-bytes-per-token (or --model-config / --architecture)"
         )
     return planner.PlanInputs(**values), notes
 
@@ -216,15 +245,16 @@ def _print_table(result: planner.Plan, notes: list[str]) -> None:
     overhead = f"{inputs['runtime_overhead_mib']:,.0f} MiB"
     table.add_row("CUDA context + NCCL (outside torch)", overhead)
     table.add_row("free when sglang measures (F0)", f"{inputs['free_at_start_mib']:,.0f} MiB")
-    table.add_row(
-        f"CUDA graphs (max bs {inputs['effective_cuda_graph_max_bs']})",
-        f"{result.breakdown_mib['cuda_graphs']:,.0f} MiB",
-    )
-    table.add_row(
-        f"activations (chunk {inputs['effective_chunked_prefill_size']})",
-        f"{result.breakdown_mib['activations']:,.0f} MiB",
-    )
-    table.add_row("allocator slack", f"{result.breakdown_mib['allocator_slack']:,.0f} MiB")
+    labels = {
+        "cuda_graphs": f"CUDA graphs (max bs {inputs['effective_cuda_graph_max_bs']})",
+        "activations": f"activations (chunk {inputs['effective_chunked_prefill_size']})",
+        "allocator_slack": "allocator slack",
+        "speculative_draft": "EAGLE/MTP draft (sglang's own estimate)",
+        "kv_conversion": "fp8 pool converted to bf16 (flashinfer MLA)",
+        "attention_workspace": "attention backend's workspace",
+    }
+    for key, mib in result.breakdown_mib.items():
+        table.add_row(labels.get(key, key), f"{mib:,.0f} MiB")
     table.add_row("needed outside the static pool", f"{result.required_mib:,.0f} MiB")
     if result.mem_fraction_static is not None:
         table.add_row("--mem-fraction-static", f"{result.mem_fraction_static}")
