@@ -7,7 +7,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from sglang_deploy_host import systemd
+    from sglang_deploy_host import endpoint, systemd
     from sglang_deploy.launch import DEFAULT_LAUNCHER, LaunchConfig, LaunchConfigError, profile_flags
 except ImportError as exc:  # a clear message beats a bare "no filter named sglang_launch"
     raise ImportError(
@@ -55,6 +55,11 @@ def sglang_profile_flags(flags: Any, profile: Any = "", profiles: Any = None, ho
         raise AnsibleFilterError(f"host {host}: {err}") from None
 
 
+def sglang_api_key_problem(key: Any, variable: str) -> str:
+    """Why an API key is refused ('' when it is fine); the message never holds the key."""
+    return endpoint.api_key_problem(str(key or ""), variable) or ""
+
+
 def sglang_env_file_lines(secret_env: Any, host: str = "?") -> list[str]:
     """Lines of the 0600 EnvironmentFile= holding secrets."""
     try:
@@ -93,6 +98,7 @@ class FilterModule:
         return {
             "sglang_launch": sglang_launch,
             "sglang_profile_flags": sglang_profile_flags,
+            "sglang_api_key_problem": sglang_api_key_problem,
             "sglang_env_file_lines": sglang_env_file_lines,
             "sglang_unit_settings": sglang_unit_settings,
             "sglang_path_component": sglang_path_component,

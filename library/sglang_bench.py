@@ -151,7 +151,7 @@ def main() -> None:
     if module.check_mode:
         module.exit_json(changed=False, ok=None, msg=f"check mode: bench_serving not run against {settings.base_url}")
     result = bench.run_step(
-        [params["python"], "-m", bench.BENCH_MODULE],
+        bench.bench_command(params["python"]),
         settings,
         bench.Step(params["concurrency"], params["num_prompts"]),
         api_key,

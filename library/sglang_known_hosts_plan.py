@@ -116,7 +116,13 @@ def main() -> None:
         module.fail_json(msg=f"{where}: refusing to record a host key in {path}: {exc}. Nothing was written.")
     if not keys:
         module.fail_json(msg=f"{where}: no host keys to record in {path}. Nothing was written.")
-    names = list(dict.fromkeys(hostkeys.known_hosts_name(n, p["port"]) for n in p["names"] if n and n.strip()))
+    try:
+        names = list(dict.fromkeys(hostkeys.known_hosts_name(n, p["port"]) for n in p["names"] if n))
+    except hostkeys.HostNameError as exc:
+        module.fail_json(
+            msg=f"{where}: refusing to record host keys in {path}: the guest's address or ansible_host {exc}. Nothing "
+            "was written. Fix: proxmox_vm_guest_address / ansible_host must be the guest's address or DNS name"
+        )
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             text = handle.read()

@@ -152,8 +152,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_deploy_host import interp, lockfile, mlenv
 
-# The submodules mlenv's check needs in the venv's interpreter (mlenv imports the others, so Ansible ships them).
-_CHECK_MODULES = ["mlenv", "lockfile", "fatbin"]
 _UV_REQUIREMENTS = "uv-requirements.txt"
 # Lines of a failed command's output kept in the message.
 _TAIL_LINES = 25
@@ -408,7 +406,7 @@ class MlEnv:
         step = f"checking {self.venv} with its python"
         try:
             proc = interp.run_module(
-                str(self.venv / "bin" / "python"), "mlenv", args, names=_CHECK_MODULES, timeout=deadline.left(step)
+                str(self.venv / "bin" / "python"), "mlenv", args, names=list(mlenv.CHECK_MODULES), timeout=deadline.left(step)
             )
         except subprocess.TimeoutExpired:
             raise BuildError(f"{step}: did not finish within the build's {deadline.seconds} s (timeout)") from None

@@ -154,7 +154,9 @@ def main() -> None:
     )
     p = module.params
     node, vmid = p["node"], p["vmid"]
-    where = f"host {p['inventory_hostname'] or '?'}: VM {vmid} on node {node}"
+    where = f"host {p['inventory_hostname'] or '?'}: VM {vmid} on node {pve.shown(node)}"
+    if pve.node_problem(node):  # it goes into every request's path
+        module.fail_json(msg=f"{where}: {pve.node_problem(node)}. Nothing was asked.")
     if not HAS_PROXMOXER:
         module.fail_json(msg=f"{where}: proxmoxer is missing ({PROXMOXER_ERROR}). Fix: pip install proxmoxer")
     start = time.monotonic()

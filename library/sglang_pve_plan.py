@@ -177,8 +177,9 @@ class Planner:
         self.client: PveClient | None = None
 
     def where(self) -> str:
-        vmid = self.vm_raw.get("vmid", "?")
-        return f"host {self.host}: VM {vmid} ({self.vm_raw.get('name', '?')}) on node {self.node}"
+        # shown(): a name with a line break (refused below) must not break the message in two.
+        vmid, name = pve.shown(self.vm_raw.get("vmid", "?")), pve.shown(self.vm_raw.get("name", "?"))
+        return f"host {self.host}: VM {vmid} ({name}) on node {pve.shown(self.node)}"
 
     def refuse(self, message: str) -> None:
         raise Refusal(f"{self.where()}: {message}")
@@ -196,11 +197,15 @@ class Planner:
 
     def run(self) -> dict[str, Any]:
         p = self.module.params
+        # Every value that goes to the API - in a request's path or body - is checked whole before the first request.
+        problems = [pve.node_problem(self.node), pve.image_url_problem(p["image_url"])]
         try:
             self.spec = spec = pve.VmSpec(**{**self.vm_raw, "gpus": pve.parse_gpus(self.vm_raw.get("gpus") or [])})
             pve.check_spec(spec)
         except (pve.SpecError, TypeError) as exc:
-            self.refuse(f"{exc}. Nothing was changed.")
+            problems.append(str(exc))
+        if any(problems):
+            self.refuse("; ".join(filter(None, problems)) + ". Nothing was changed.")
         assert self.spec is not None
         spec = self.spec
         if p["state"] == "present":

@@ -121,7 +121,16 @@ def main() -> None:
     )
     p = module.params
     node, vmid, slot = p["node"], p["vmid"], pve.ROOT_SLOT
-    where = f"host {p['inventory_hostname'] or '?'}: VM {vmid} on node {node}"
+    where = f"host {p['inventory_hostname'] or '?'}: VM {vmid} on node {pve.shown(node)}"
+    # sglang_pve_plan checked these variables; they reach this module on their own, so again, before any request.
+    problems = [
+        pve.node_problem(node),
+        pve.storage_problem("proxmox_vm_storage", p["storage"]),
+        pve.volume_problem("proxmox_vm_image", p["image"]),
+        pve.serial_problem("proxmox_vm_weights_disk_serial", p["weights_serial"]),
+    ]
+    if any(problems):
+        module.fail_json(msg=f"{where}: " + "; ".join(filter(None, problems)) + ". Nothing was changed.")
     if not HAS_PROXMOXER:
         module.fail_json(msg=f"{where}: proxmoxer is missing ({PROXMOXER_ERROR}). Fix: pip install proxmoxer")
     calls: list[str] = []

@@ -82,6 +82,10 @@ class PveClient:
             raise PveApiError(0, f"TLS verification failed: {_first_line(exc)}") from None
         except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
             raise PveApiError(0, f"no answer: {_first_line(exc)}") from None
+        except requests.exceptions.RequestException as exc:
+            # Never its text: requests quotes the request's headers in some (InvalidHeader), the token among
+            # them, and a module's traceback is not censored by no_log.
+            raise PveApiError(0, f"the request could not be sent ({type(exc).__name__})") from None
 
     def get(self, resource: str, **params: Any) -> Any:
         return self.call(lambda: self.api(resource).get(**params))

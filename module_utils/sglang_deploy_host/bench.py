@@ -59,6 +59,23 @@ DEFAULT_STEP_TIMEOUT_S = 3600.0
 BACKENDS = ("sglang", "sglang-oai-chat", "sglang-oai")
 DEFAULT_BACKEND = "sglang"
 BENCH_MODULE = "sglang.bench_serving"
+# How a step starts bench_serving in a Python: aiohttp (its HTTP client) follows redirects by default, so a
+# server that answers 3xx would have another server measured under its name. With redirects off, a 3xx
+# is a failed request ("HTTP 307 ...") like any other non-200 answer. Then the module runs as __main__.
+NO_REDIRECTS_RUNNER = (
+    "import aiohttp, runpy\n"
+    "_request = aiohttp.ClientSession._request\n"
+    "async def _no_redirects(self, method, url, **kwargs):\n"
+    "    kwargs['allow_redirects'] = False\n"
+    "    return await _request(self, method, url, **kwargs)\n"
+    "aiohttp.ClientSession._request = _no_redirects\n"
+    "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
+)
+
+
+def bench_command(python: str) -> list:
+    """The argv that starts bench_serving with ``python`` (redirects off, see NO_REDIRECTS_RUNNER)."""
+    return [python, "-c", NO_REDIRECTS_RUNNER.format(module=BENCH_MODULE)]
 # bench_serving's get_auth_headers(): Bearer $OPENAI_API_KEY, else the bare value of $API_KEY.
 KEY_ENV = "OPENAI_API_KEY"
 _OTHER_KEY_ENV = "API_KEY"
@@ -362,10 +379,14 @@ def run_step(
     tail = redact(_tail(raw_tail), secrets)
     record = redact(record, secrets) if record is not None else None
     errors = record.pop("errors", []) if record is not None else []
+    texts = record.get("generated_texts") if record is not None else None
     for name in DETAIL_FIELDS:
         if record is not None:
             record.pop(name, None)
     failed = sum(1 for error in errors if error)
+    # A request that "succeeded" with an empty answer is no success (a server answering 200 with nothing):
+    # bench_serving counts its *requested* length as output tokens, so the texts decide.
+    empty = sum(1 for text, error in zip(texts or [], errors or [""] * len(texts or [])) if not error and not text)
     samples = redact(error_samples(errors), secrets)
     problem = None
     if rc is None:
@@ -375,8 +396,21 @@ def run_step(
         problem = f"bench_serving exited {rc} without a result: {last}"
     else:
         completed = int(record.get("completed") or 0)
-        failed = max(failed, step.num_prompts - completed)
-        if failed:
+        failed = max(failed + empty, step.num_prompts - completed + empty)
+        counted = int(record.get("total_output_tokens") or 0)
+        # What the answers really hold (bench_serving retokenizes them); a server's own detokenizer and
+        # the client's tokenizer differ a little (real runs: within 8 %), never by half.
+        real = int(record.get("total_output_tokens_retokenized", counted) or 0)
+        if not real:
+            problem = f"no output tokens: the server answered {completed} of {step.num_prompts} requests with nothing"
+            failed = step.num_prompts
+        elif real < counted / 2:
+            problem = (f"the answers hold {real} tokens of the {counted} bench_serving counts: the server did not "
+                       "generate what was asked, the throughput would be made up")  # fmt: skip
+            failed = step.num_prompts
+        elif empty:
+            problem = f"{failed} of {step.num_prompts} requests failed ({empty} answered without a token)"
+        elif failed:
             problem = f"{failed} of {step.num_prompts} requests failed"
     if record is None:
         failed = step.num_prompts

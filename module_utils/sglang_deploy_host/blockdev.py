@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -26,6 +27,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 BY_ID = "/dev/disk/by-id"
+# What a QEMU disk serial may hold (PVE: url-encoded, at most 20 bytes) and a WWN; matched whole (fullmatch),
+# as the serial is both PVE's serial= (library/sglang_pve_plan.py) and part of a by-id name here.
+SERIAL = re.compile(r"[A-Za-z0-9_.-]{1,20}")
+WWN = re.compile(r"0x[0-9a-fA-F]{16}")
 # How udev names a QEMU disk's serial, per bus (virtio-scsi, virtio-blk, SATA, NVMe).
 SERIAL_LINKS = ("scsi-0QEMU_QEMU_HARDDISK_{s}", "virtio-{s}", "ata-QEMU_HARDDISK_{s}", "nvme-QEMU_NVMe_Ctrl_{s}")
 WINDOW_BYTES = 1024 * 1024
@@ -63,6 +68,10 @@ def find(serial: str = "", wwn: str = "", by_id_dir: str = BY_ID) -> tuple[str, 
     """(the by-id link, the device it points at) of the disk with this serial or WWN; exactly one must match."""
     if not serial and not wwn:
         raise DiskError("no serial or WWN to find the weights disk by")
+    if serial and not SERIAL.fullmatch(serial):
+        raise DiskError(f"weights_disk_serial={serial!r} is not a disk serial (1-20 of A-Z a-z 0-9 _ . -)")
+    if wwn and not WWN.fullmatch(wwn):
+        raise DiskError(f"weights_disk_wwn={wwn!r} is not a WWN (0x and 16 hex digits)")
     names = [pattern.format(s=serial) for pattern in SERIAL_LINKS] if serial else []
     if wwn:
         names.append(f"wwn-{wwn.lower()}")

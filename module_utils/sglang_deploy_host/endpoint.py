@@ -177,7 +177,9 @@ def check_url(url: str) -> str:
     try:
         parts = urllib.parse.urlsplit(url)
         ok = (
-            parts.scheme in ("http", "https")
+            isinstance(url, str)
+            and not any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url)  # "x\n" included
+            and parts.scheme in ("http", "https")
             and bool(parts.hostname)
             and parts.port != 0
             and parts.username is None
@@ -187,11 +189,34 @@ def check_url(url: str) -> str:
     except ValueError:  # a port that is not a number (urlsplit checks it lazily, in .port)
         ok = False
     if not ok:
+        # The URL as given, less any user:password (an error message is logged).
+        shown = re.sub(r"(?<=://)[^/@]*@", "<credentials>@", str(url))
         raise ValueError(
-            f"{url!r} is not an http:// or https:// base URL: give the server's scheme, host and port, "
-            "e.g. http://10.0.0.5:8000"
+            f"{shown!r} is not an http:// or https:// base URL without credentials, spaces or control characters: "
+            "give the server's scheme, host and port, e.g. http://10.0.0.5:8000"
         )
     return url
+
+
+# An API key sglang prints as it is in every form (repr, JSON, a URL): the launcher's mask then finds it
+# in any log line. Hex, base64 and base64url keys (openssl rand -hex 32 / -base64 32) are all of these.
+API_KEY_CHARS = re.compile(r"[A-Za-z0-9._~+/=-]+")
+
+
+def api_key_problem(key: str, variable: str) -> Optional[str]:
+    """Why ``key`` cannot be an API key (None when it can): a character sglang would print escaped
+    (quote, backslash, space, tab, control, non-ASCII) would reach its log in a form a plain mask
+    misses, and a newline would break the 0600 env file."""
+    if not key:
+        return None
+    if not API_KEY_CHARS.fullmatch(key):
+        bad = sorted({repr(ch) for ch in key if not API_KEY_CHARS.fullmatch(ch)})
+        return (
+            f"{variable} holds {', '.join(bad)}: an API key is letters, digits and . _ ~ + / = - only (sglang "
+            "prints other characters escaped, where log masking cannot be sure to find them). Fix: a new key, "
+            "e.g. openssl rand -hex 32"
+        )
+    return None
 
 
 @dataclass(frozen=True)

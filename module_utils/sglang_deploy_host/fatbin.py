@@ -51,23 +51,41 @@ units) carry, e.g. ``sm_90a[3/56]``; ``--require`` is judged per object, as the 
 An object with PTX but no cubin is listed as "PTX only" and does not fail ``--require`` (its code
 is JIT-compiled at load, if the PTX target allows); an object without device code is not listed.
 
-Exit status: 0 ok; 1 a required arch is missing; 2 a PATH is missing or a file is not a valid
-ELF/fat binary; 3 ``--require`` was given but no object under the PATHs has device code.
+Only regular files are read, each at most ``MAX_OBJECT_BYTES`` (4 GiB): a device, FIFO or socket
+named as a PATH, or a file over the cap (named or found in a walk), is an error; a walk skips what
+is not a regular file and does not follow links.
+
+Exit status: 0 ok; 1 a required arch is missing; 2 a PATH is missing, is not a regular file or
+directory, or a file is over the cap or not a valid ELF/fat binary; 3 ``--require`` was given but no
+object under the PATHs has device code.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import itertools
 import json
 import mmap
 import os
 import re
+import stat
 import struct
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
+
+try:
+    from . import files
+except ImportError:  # run as a script (python3 fatbin.py, even isolated): its sibling file, by path
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("sglang_deploy_host_files", Path(__file__).with_name("files.py"))
+    assert _spec is not None and _spec.loader is not None
+    files = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(files)
 
 FATBIN_MAGIC = 0xBA55ED50
 FATBIN_CONTAINER_HEADER = struct.Struct("<IHHQ")
@@ -91,10 +109,18 @@ ELF64_SECTION_HEADER = struct.Struct("<IIQQQQIIQQ")
 
 ARCH_RE = re.compile(r"^sm_(\d+)([af]?)$")
 SHARED_OBJECT_RE = re.compile(r"\.so(\.\d+)*$")
+# The largest object read: libtorch_cuda.so and flash-attention's kernels are 1-2 GB, growing with each
+# arch a wheel adds. Objects are mapped, not read, and only the headers and .nv_fatbin are touched, so
+# the cap guards against absurd input (a sparse or endless file), not against memory use.
+MAX_OBJECT_BYTES = 4 << 30
 
 
 class FatbinError(ValueError):
     """A file that claims to be an ELF object or fat binary but does not parse as one."""
+
+
+class UnreadableFileError(FatbinError):
+    """Not a regular file (a device, FIFO, socket or directory) or larger than the cap: never read."""
 
 
 class NotElf64Error(FatbinError):
@@ -330,9 +356,19 @@ def elf_sections(buf: bytes | mmap.mmap) -> dict[str, tuple[int, int]]:
     return sections
 
 
+def open_regular_file(path: Path, max_bytes: int | None = None) -> BinaryIO:
+    """``path`` open for reading if it is a regular file of at most ``max_bytes`` (default
+    MAX_OBJECT_BYTES), else UnreadableFileError (``files.open_regular_file``); OSError if it cannot be
+    opened."""
+    try:
+        return files.open_regular_file(path, MAX_OBJECT_BYTES if max_bytes is None else max_bytes)
+    except files.UnreadableFileError as err:
+        raise UnreadableFileError(str(err)) from None
+
+
 def read_entries(path: Path) -> list[FatbinEntry]:
     """The entries of the ``.nv_fatbin`` section of a host ELF object, in file order ([] if none)."""
-    with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+    with open_regular_file(path) as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         fatbin = elf_sections(buf).get(".nv_fatbin")
         if fatbin is None:
             return []
@@ -342,7 +378,7 @@ def read_entries(path: Path) -> list[FatbinEntry]:
 def scan_file(path: Path) -> ObjectReport:
     """The device code in one file: a host ELF object with ``.nv_fatbin``, or a bare cubin."""
     report = ObjectReport(path)
-    with path.open("rb") as handle:
+    with open_regular_file(path) as handle:
         if os.fstat(handle.fileno()).st_size == 0:
             raise NotElf64Error("empty file")
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buf:
@@ -383,19 +419,20 @@ def is_cubin_name(path: Path) -> bool:
 
 
 def iter_objects(root: Path, *, cubins: bool = False) -> Iterator[Path]:
-    """The files to scan under ``root``: itself if a file; else the shared objects (and with
-    ``cubins`` the ``*.cubin`` files) in a venv's site-packages or under a directory."""
-    if root.is_file():
+    """The files to scan under ``root``: itself if not a directory (scan_file refuses what is not a
+    regular file); else the shared objects (and with ``cubins`` the ``*.cubin`` files) in a venv's
+    site-packages or under a directory: regular files only, links neither followed nor read."""
+    if not root.is_dir():
+        if not root.exists():
+            raise FileNotFoundError(errno.ENOENT, "no such file or directory")
         yield root
         return
-    if not root.is_dir():
-        raise FileNotFoundError(f"{root}: no such file or directory")
     bases = [root]
     if (root / "pyvenv.cfg").is_file():
         bases = sorted({p.resolve() for p in root.glob("lib*/python*/site-packages") if p.is_dir()}) or [root]
     seen: set[Path] = set()
     for base in bases:
-        for dirpath, dirnames, filenames in os.walk(base):
+        for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
             dirnames.sort()
             for name in sorted(filenames):
                 path = Path(dirpath) / name
@@ -526,11 +563,11 @@ def run(paths: Sequence[Path], required: str | None, as_json: bool, *, cubins: b
         print(f"--require {required!r}: expected sm_<N>, sm_<N>a or sm_<N>f, e.g. sm_120", file=sys.stderr)
         return 2
     result = scan(paths, cubins=cubins)
-    if as_json:
+    if as_json and (result.reports or not result.errors):
         print(json.dumps({str(r.path): r.archs() for r in result.reports}, indent=2, sort_keys=True))
     elif result.reports:
         print(_table(result.reports, required))
-    else:
+    elif not result.errors:  # else the errors say what was not read
         print("no CUDA device code found under: " + " ".join(str(p) for p in paths))
     for report in result.reports:
         if report.other_kinds:

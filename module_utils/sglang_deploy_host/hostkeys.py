@@ -34,20 +34,36 @@ CURVES = {
     "ecdsa-sha2-nistp521": ("nistp521", 133),
 }
 KEY_TYPES = ("ssh-ed25519", *CURVES, "ssh-rsa")
+# A user's keys (cloud-init's authorized_keys) may also live on a FIDO security key; a host key never does.
+SK_ED25519 = "sk-ssh-ed25519@openssh.com"
+SK_ECDSA = "sk-ecdsa-sha2-nistp256@openssh.com"
+USER_KEY_TYPES = (*KEY_TYPES, SK_ED25519, SK_ECDSA)
 # ssh-keygen -l's label of each type.
-LABELS = {"ssh-ed25519": "ED25519", "ssh-rsa": "RSA", **{t: "ECDSA" for t in CURVES}}
+LABELS = {
+    "ssh-ed25519": "ED25519",
+    "ssh-rsa": "RSA",
+    **{t: "ECDSA" for t in CURVES},
+    SK_ED25519: "ED25519-SK",
+    SK_ECDSA: "ECDSA-SK",
+}
 # OpenSSH refuses RSA keys below 1024 bits (SSH_RSA_MINIMUM_MODULUS_SIZE); 16384 is ssh-keygen's maximum.
 RSA_MIN_BITS = 1024
 RSA_MAX_BITS = 16384
 # A 16384-bit RSA key's line is under 3 KiB; a longer "key" is something else.
 MAX_LINE = 4096
-BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
+BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+# What a host name or address may hold as a known_hosts line's first field: no space, comma or pattern character.
+HOST_NAME = re.compile(r"[A-Za-z0-9_.:-]+")
 # The port ssh leaves out of a known_hosts name.
 SSH_PORT = 22
 
 
 class HostKeyError(ValueError):
     """Text that is not a usable SSH host public key; the message says why (never the whole text)."""
+
+
+class HostNameError(ValueError):
+    """A name that cannot be a known_hosts line's host field (a line break, a space, a comma, a pattern)."""
 
 
 @dataclass(frozen=True)
@@ -108,13 +124,17 @@ def _mpint_bits(value: bytes, what: str) -> int:
 
 def _key_bits(key_type: str, parts: Sequence[bytes]) -> int:
     """The key's size as ssh-keygen -l gives it, after checking the blob's layout for its type."""
-    if key_type == "ssh-ed25519":
-        if len(parts) != 2 or len(parts[1]) != 32:
-            raise HostKeyError("an ssh-ed25519 key is its type and 32 bytes, this one is laid out otherwise")
+    # A security key's blob is the plain key's followed by its application string (usually "ssh:").
+    fields = 3 if key_type == SK_ED25519 else 4 if key_type == SK_ECDSA else 0
+    if fields and (len(parts) != fields or not parts[-1]):
+        raise HostKeyError(f"an {key_type} key ends in its application string, this one is laid out otherwise")
+    if key_type in ("ssh-ed25519", SK_ED25519):
+        if len(parts) != (fields or 2) or len(parts[1]) != 32:
+            raise HostKeyError(f"an {key_type} key is its type and 32 bytes, this one is laid out otherwise")
         return 256
-    if key_type in CURVES:
-        curve, point = CURVES[key_type]
-        if len(parts) != 3 or parts[1] != curve.encode("ascii"):
+    if key_type in CURVES or key_type == SK_ECDSA:
+        curve, point = CURVES.get(key_type, CURVES["ecdsa-sha2-nistp256"])
+        if len(parts) != (fields or 3) or parts[1] != curve.encode("ascii"):
             raise HostKeyError(f"an {key_type} key names the curve {curve} inside, this one does not")
         if len(parts[2]) != point or parts[2][:1] != b"\x04":
             raise HostKeyError(f"the {curve} point is not {point} bytes of an uncompressed point")
@@ -153,7 +173,7 @@ def parse_public_key(text: str, types: Iterable[str] = KEY_TYPES) -> HostKey:
     if len(fields) < 2:
         raise HostKeyError("it has a key type but no key data")
     data = fields[1]
-    if len(data) % 4 or not BASE64.match(data):
+    if len(data) % 4 or not BASE64.fullmatch(data):
         raise HostKeyError(f"its key data {_start(data)} is not base64")
     try:
         blob = base64.b64decode(data, validate=True)
@@ -175,11 +195,15 @@ def parse_key_file(path: str, text: str) -> HostKey:
 
 
 def known_hosts_name(host: str, port: int = SSH_PORT) -> str:
-    """The name ssh looks ``host`` up by in known_hosts: lower case, ``[host]:port`` off port 22."""
-    host = host.strip().lower()
-    if host.startswith("[") and "]" in host:
-        return host
-    return host if int(port) == SSH_PORT else f"[{host}]:{int(port)}"
+    """The name ssh looks ``host`` up by in known_hosts: lower case, ``[host]:port`` off port 22. Raises
+    HostNameError for anything but a host name or address (whole: a line break would start another line)."""
+    bracketed = re.fullmatch(r"\[([^\]]*)\]:([0-9]{1,5})", host)
+    plain = bracketed.group(1) if bracketed else host
+    if not HOST_NAME.fullmatch(plain):
+        raise HostNameError(f"{_start(host)} is not a host name or IP address")
+    if bracketed:
+        return host.lower()
+    return host.lower() if int(port) == SSH_PORT else f"[{host.lower()}]:{int(port)}"
 
 
 def _hashed_match(field: str, name: str) -> bool:

@@ -30,6 +30,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from . import fatbin
 from .lockfile import header_fields, normalize, pins
 
+# The submodules this module's check needs in the venv's interpreter (interp.run_module copies them in):
+# itself, what it imports, and what those import.
+CHECK_MODULES = ("mlenv", "lockfile", "fatbin", "files")
+
 MARKER = ".sglang-deploy-ml-env.json"
 """The check's report in a venv of the store: its presence marks the venv complete."""
 LOCK_NAME = "sglang-deploy.lock.txt"

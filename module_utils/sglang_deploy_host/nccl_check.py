@@ -31,9 +31,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import files
 from .systemd import environment
 
 DEFAULT_SIZES_MIB = (1, 16, 128, 512)
+# An env file or a rendered unit is kilobytes; what is larger is not one.
+ENV_FILE_MAX_BYTES = 1 << 20
 # Largest buffer per GPU (MiB): a typo like 1e9 must not try to allocate petabytes.
 MAX_SIZE_MIB = 64 * 1024
 # Lines in NCCL_DEBUG=INFO output that name the transport chosen between ranks.
@@ -242,8 +245,8 @@ def _load_env(args: argparse.Namespace) -> dict[str, str]:
             ) from None
     elif args.env_from_file:
         try:
-            text = Path(args.env_from_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
+            text = files.read_regular_file(args.env_from_file, ENV_FILE_MAX_BYTES).decode("utf-8")
+        except (OSError, UnicodeDecodeError, files.UnreadableFileError) as err:
             raise UsageError(f"--env-from-file {args.env_from_file}: cannot read it as text ({err})") from None
         env = environment(text)
         if not env:

@@ -22,29 +22,51 @@ from __future__ import annotations
 import ipaddress
 import re
 import urllib.parse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
+
+from .blockdev import SERIAL
+from .hostkeys import USER_KEY_TYPES, HostKeyError, parse_public_key
 
 # The root disk: re-imaged by a rebuild, never anything else. The cloud-init drive beside it.
 ROOT_SLOT = "scsi0"
 CLOUDINIT_SLOT = "ide2"
-DRIVE_KEY = re.compile(r"^(ide[0-3]|sata[0-5]|scsi(?:[0-9]|[12][0-9]|30)|virtio(?:[0-9]|1[0-5])|efidisk0|tpmstate0)$")
-DATA_SLOT = re.compile(r"^(sata[0-5]|scsi(?:[0-9]|[12][0-9]|30)|virtio(?:[0-9]|1[0-5]))$")
-UNUSED_KEY = re.compile(r"^unused\d+$")
-GPU_KEY = re.compile(r"^hostpci\d+$")
-BDF = re.compile(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?$")
-MAPPING_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{1,127}$")
-VOLUME_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*:[^\s,]+$")
-STORAGE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
-# What a QEMU serial number may hold (PVE: url-encoded, at most 20 bytes).
-SERIAL = re.compile(r"^[A-Za-z0-9_.-]{1,20}$")
-WWN = re.compile(r"^0x[0-9a-fA-F]{16}$")
+# Every pattern below is matched whole (fullmatch): re.match(...$) also takes "x\n", and each value leaves
+# for the PVE API or cloud-init, where a line break or a comma starts another setting.
+DRIVE_KEY = re.compile(r"ide[0-3]|sata[0-5]|scsi(?:[0-9]|[12][0-9]|30)|virtio(?:[0-9]|1[0-5])|efidisk0|tpmstate0")
+DATA_SLOT = re.compile(r"sata[0-5]|scsi(?:[0-9]|[12][0-9]|30)|virtio(?:[0-9]|1[0-5])")
+UNUSED_KEY = re.compile(r"unused\d+")
+GPU_KEY = re.compile(r"hostpci\d+")
+BDF = re.compile(r"(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?")
+MAPPING_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{1,127}")
+STORAGE_ID = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+# STORAGE:PATH; the path's parts are file names (no '..': PVE resolves them under the storage).
+VOLUME_ID = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*:[A-Za-z0-9_.+@-]+(?:/[A-Za-z0-9_.+@-]+)*")
+SNIPPET = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*:snippets/[A-Za-z0-9_.+@-]+")
+# RFC 1123 labels: the VM's name, a node's name (one label), a search domain (labels joined by dots).
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+DNS_NAME = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(?:\.{_LABEL})*")
+NODE_NAME = re.compile(_LABEL)
+# Debian's useradd NAME_REGEX, 32 characters.
+USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_+.-]*")
+# A value inside a property string: plain words; ';' separates CPU flags and VLAN trunks, ':' a MAC's bytes.
+PROP_VALUE = re.compile(r"[A-Za-z0-9_.+:;/-]+")
+CPU_KEYS = ("cputype", "flags", "hidden", "hv-vendor-id", "phys-bits", "reported-model")
+CPU_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+MACHINE_KEYS = ("type", "viommu", "enable-s3", "enable-s4")
+# PCIe passthrough (pcie=1) needs q35: the current one, or a pinned version of it.
+MACHINE_TYPE = re.compile(r"q35|pc-q35-\d+(?:\.\d+)+(?:\+pve\d+)?(?:\.pxe)?")
+NET_KEYS = ("model", "bridge", "firewall", "link_down", "mtu", "queues", "rate", "tag", "trunks")
+IPCONFIG_KEYS = ("ip", "gw", "ip6", "gw6")
+# QEMU's x-nv-gpudirect-clique is 4 bits.
+CLIQUE_IDS = range(16)
 MMIO_MODES = ("phys-bits", "ovmf-option", "none")
 HUGEPAGES = ("", "2", "1024", "any")
 # Keys of a property string that is not key=value, by configuration key family.
 DEFAULT_KEYS = {"cpu": "cputype", "agent": "enabled", "hostpci": "host", "drive": "file", "vga": "type"}
 # Keys the role owns although a VM may lack them: present on the VM but not wanted means delete.
-OPTIONAL_KEYS = re.compile(r"^(hostpci\d+|args|hugepages|cicustom|nameserver|searchdomain)$")
+OPTIONAL_KEYS = re.compile(r"hostpci\d+|args|hugepages|cicustom|nameserver|searchdomain")
 BOOL_KEYS = frozenset({"numa", "onboot", "ciupgrade", "pcie", "enabled", "backup", "replicate", "iothread", "ssd"})
 INT_KEYS = frozenset({"memory", "balloon", "cores", "sockets"})
 SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -56,6 +78,17 @@ CLOUDINIT_BYTES = 4 * 1024**2
 
 class SpecError(ValueError):
     """A VM definition that cannot be built as asked; the message names the variable and the fix."""
+
+
+def quoted(value: Any) -> str:
+    """A value for a one-line message, as Python writes it (a line break as \\n), cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def shown(value: Any) -> str:
+    """A name for a one-line message: as it is when it is one printable word, else quoted."""
+    return value if isinstance(value, str) and re.fullmatch(r"[!-~]+", value) else quoted(value)
 
 
 # ------------------------------------------------------------------ property strings
@@ -127,7 +160,7 @@ NET_MODELS = frozenset(
 
 def parse_size(text: Any) -> int:
     """A drive size (``1T``, ``1024G``, ``528K``, plain bytes) in bytes; 0 when absent or unreadable."""
-    found = re.match(r"^(\d+(?:\.\d+)?)([KMGT]?)$", str(text or "").strip())
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", str(text or "").strip())
     if not found:
         return 0
     return int(float(found.group(1)) * SIZE_UNITS[found.group(2)])
@@ -139,18 +172,18 @@ def normalize(key: str, value: Any) -> Any:
         return None
     text = str(value).strip()
     if key in INT_KEYS:
-        return str(int(float(text))) if re.match(r"^\d+(\.0+)?$", text) else text
+        return str(int(float(text))) if re.fullmatch(r"\d+(\.0+)?", text) else text
     if key in BOOL_KEYS:
         return _bool_text(text)
     if key == "cpu":
         return _norm_props(parse_props(text, DEFAULT_KEYS["cpu"]))
     if key == "agent":
         return _norm_props(parse_props(text, DEFAULT_KEYS["agent"]))
-    if GPU_KEY.match(key):
+    if GPU_KEY.fullmatch(key):
         return _norm_props(parse_props(text, DEFAULT_KEYS["hostpci"]))
-    if re.match(r"^(ipconfig\d+|cicustom)$", key):
+    if re.fullmatch(r"ipconfig\d+|cicustom", key):
         return parse_props(text)
-    if re.match(r"^net\d+$", key):
+    if re.fullmatch(r"net\d+", key):
         return {k: v for k, v in parse_net(text).items() if k != "macaddr"}
     if key == "sshkeys":
         return sorted(line.strip() for line in urllib.parse.unquote(text).splitlines() if line.strip())
@@ -185,24 +218,30 @@ class Gpu:
 
 def parse_gpus(entries: Sequence[Any]) -> list[Gpu]:
     """proxmox_vm_gpus: a mapping name, or {mapping: NAME}, or {host: BDF} per GPU."""
+    if not isinstance(entries, (list, tuple)):
+        raise SpecError(
+            f"proxmox_vm_gpus={quoted(entries)} (type {type(entries).__name__}) is not a list. Fix: one GPU per entry"
+        )
     gpus: list[Gpu] = []
-    for index, entry in enumerate(entries or []):
+    for index, entry in enumerate(entries):
         where = f"proxmox_vm_gpus[{index}]"
         if isinstance(entry, str):
             entry = {"mapping": entry}
         if not isinstance(entry, Mapping) or set(entry) - {"mapping", "host"} or len(entry) != 1:
             raise SpecError(
-                f"{where}={entry!r} is neither a mapping name nor {{mapping: NAME}} / {{host: BDF}}. "
+                f"{where}={quoted(entry)} is neither a mapping name nor {{mapping: NAME}} / {{host: BDF}}. "
                 "Fix: list each GPU's PVE resource mapping name (Datacenter > Resource Mappings)."
             )
-        mapping, host = str(entry.get("mapping", "")), str(entry.get("host", ""))
-        if mapping and not MAPPING_NAME.match(mapping):
+        mapping, host = entry.get("mapping"), entry.get("host")
+        if mapping is not None and not (isinstance(mapping, str) and MAPPING_NAME.fullmatch(mapping)):
             raise SpecError(
-                f"{where}: {mapping!r} is not a PVE mapping name. Fix: use the mapping's ID as PVE shows it."
+                f"{where}: {quoted(mapping)} is not a PVE mapping name. Fix: use the mapping's ID as PVE shows it."
             )
-        if host and not BDF.match(host):
-            raise SpecError(f"{where}: {host!r} is not a PCI address (0000:41:00.0). Fix: use lspci -D's address.")
-        gpus.append(Gpu(mapping=mapping, host=host))
+        if host is not None and not (isinstance(host, str) and BDF.fullmatch(host)):
+            raise SpecError(
+                f"{where}: {quoted(host)} is not a PCI address (0000:41:00.0). Fix: use lspci -D's address."
+            )
+        gpus.append(Gpu(mapping=mapping or "", host=host or ""))
     seen = [g.mapping or g.host for g in gpus]
     duplicates = sorted({s for s in seen if seen.count(s) > 1})
     if duplicates:
@@ -363,115 +402,311 @@ class VmSpec:
 
 
 def check_spec(spec: VmSpec) -> None:
-    """Refuse a definition PVE would take but that cannot serve (or lose data); raises SpecError."""
-    problems = []
+    """Refuse a definition PVE would take but that cannot serve (or lose data), and any value that is not
+    whole - the wrong type, a second line, a character that starts another setting - before it reaches the
+    API or cloud-init; raises SpecError naming each variable and its fix."""
+    problems = _type_problems(spec)
+    if problems:
+        raise SpecError("; ".join(problems))
+    problems = [p for p in _value_problems(spec) if p]
     if not 100 <= spec.vmid <= 999999999:
         problems.append(f"proxmox_vm_vmid={spec.vmid} is not a PVE VM id (100..999999999). Fix: pick a free id")
-    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9.-]*$", spec.name):
-        problems.append(f"proxmox_vm_name={spec.name!r} is not a DNS name. Fix: letters, digits, '-' and '.'")
-    if not VOLUME_ID.match(spec.image):
+    if not DATA_SLOT.fullmatch(spec.weights_disk_slot) or spec.weights_disk_slot == ROOT_SLOT:
         problems.append(
-            f"proxmox_vm_image={spec.image!r} is not a PVE volume id (STORAGE:import/NAME.qcow2). Fix: name the "
-            "cloud image's volume on the node (proxmox_vm_image_url downloads it there when missing)"
-        )
-    for var, sid in (
-        ("proxmox_vm_storage", spec.storage),
-        ("proxmox_vm_weights_disk_storage", spec.weights_disk_storage),
-        ("proxmox_vm_efidisk_storage", spec.efidisk_storage),
-        ("proxmox_vm_ci_storage", spec.ci_storage),
-    ):
-        if not STORAGE_ID.match(sid):
-            problems.append(f"{var}={sid!r} is not a PVE storage id. Fix: use the storage's name (pvesm status)")
-    if not DATA_SLOT.match(spec.weights_disk_slot) or spec.weights_disk_slot == ROOT_SLOT:
-        problems.append(
-            f"proxmox_vm_weights_disk_slot={spec.weights_disk_slot!r}: the weights disk needs its own slot "
-            f"(scsi1..scsi30, virtio0..15, sata0..5), never {ROOT_SLOT}, the root disk a rebuild re-images"
-        )
-    if not SERIAL.match(spec.weights_disk_serial):
-        problems.append(
-            f"proxmox_vm_weights_disk_serial={spec.weights_disk_serial!r}: the guest finds the weights disk by this "
-            "serial; use 1-20 of A-Z a-z 0-9 _ . -"
+            f"proxmox_vm_weights_disk_slot={quoted(spec.weights_disk_slot)}: the weights disk needs its own slot. "
+            f"Fix: scsi1..scsi30, virtio0..15 or sata0..5, never {ROOT_SLOT}, the root disk a rebuild re-images"
         )
     if spec.root_disk_gib < 8 or spec.weights_disk_gib < 1:
         problems.append(
             f"proxmox_vm_root_disk_gib={spec.root_disk_gib} / proxmox_vm_weights_disk_gib={spec.weights_disk_gib}: "
-            "the root disk needs at least 8 GiB (driver, CUDA, ml-env: plan 128), the weights disk at least 1"
+            "too small. Fix: the root disk needs at least 8 GiB (driver, CUDA, ml-env: plan 128), the weights disk 1"
         )
-    if spec.machine.split(",")[0].split("-")[0] != "q35":
-        problems.append(f"proxmox_vm_machine={spec.machine!r}: PCIe passthrough (pcie=1) needs q35. Fix: q35")
     if spec.bios != "ovmf":
         problems.append(
-            f"proxmox_vm_bios={spec.bios!r}: 8 GPUs with 128 GB BARs need OVMF (UEFI) and its 64-bit MMIO "
+            f"proxmox_vm_bios={quoted(spec.bios)}: 8 GPUs with 128 GB BARs need OVMF (UEFI) and its 64-bit MMIO "
             "window. Fix: ovmf"
         )
-    cpu = _norm_props(parse_props(spec.cpu, "cputype"))
-    if cpu.get("hidden") == "1":
+    if _norm_props(parse_props(spec.cpu, "cputype")).get("hidden") == "1":
         problems.append(
-            f"proxmox_vm_cpu={spec.cpu!r} hides the hypervisor (hidden=1): the NVIDIA datacenter driver does not need "
-            "it, and it breaks the GPUDirect clique. Fix: drop hidden=1 (host is the profile's)"
+            f"proxmox_vm_cpu={quoted(spec.cpu)} hides the hypervisor (hidden=1): the NVIDIA datacenter driver does "
+            "not need it, and it breaks the GPUDirect clique. Fix: drop hidden=1 (host is the profile's)"
         )
     if spec.mmio not in MMIO_MODES:
-        problems.append(f"proxmox_vm_mmio={spec.mmio!r} is not one of {', '.join(MMIO_MODES)}")
+        problems.append(f"proxmox_vm_mmio={quoted(spec.mmio)} is unknown. Fix: one of {', '.join(MMIO_MODES)}")
     if spec.mmio == "ovmf-option" and spec.mmio64_mb < 65536:
         problems.append(
-            f"proxmox_vm_mmio64_mb={spec.mmio64_mb}: 8 GPUs x 128 GB BARs need a window of at least 1 TiB; "
-            "the profile uses 2097152 (2 TiB)"
+            f"proxmox_vm_mmio64_mb={spec.mmio64_mb}: 8 GPUs x 128 GB BARs need a window of at least 1 TiB. "
+            "Fix: the profile's 2097152 (2 TiB)"
         )
+    if spec.gpudirect_clique_id not in CLIQUE_IDS:
+        problems.append(f"proxmox_vm_gpudirect_clique_id={spec.gpudirect_clique_id} is outside 0..15. Fix: 0")
     if spec.sockets < 1 or spec.cores < 1 or spec.memory_mib < 1024:
         problems.append(
             f"proxmox_vm_sockets={spec.sockets}, proxmox_vm_cores={spec.cores}, proxmox_vm_memory_mib="
-            f"{spec.memory_mib}: at least 1 socket, 1 core and 1024 MiB"
+            f"{spec.memory_mib}: too small. Fix: at least 1 socket, 1 core and 1024 MiB"
         )
     if spec.hugepages not in HUGEPAGES:
-        problems.append(f"proxmox_vm_hugepages={spec.hugepages!r} is not one of '', 2, 1024, any")
+        problems.append(f"proxmox_vm_hugepages={quoted(spec.hugepages)} is unknown. Fix: one of '', 2, 1024, any")
     if spec.hugepages == "1024" and spec.memory_mib % 1024:
         problems.append(
-            f"proxmox_vm_memory_mib={spec.memory_mib} is not a multiple of 1024 MiB, which 1 GiB hugepages need"
+            f"proxmox_vm_memory_mib={spec.memory_mib} is not a multiple of 1024 MiB, which 1 GiB hugepages need. "
+            "Fix: round it"
         )
     if spec.hugepages and not spec.numa:
-        problems.append("proxmox_vm_hugepages needs proxmox_vm_numa: true (PVE allocates hugepages per NUMA node)")
+        problems.append(
+            "proxmox_vm_hugepages needs proxmox_vm_numa: true (PVE allocates hugepages per NUMA node). Fix: turn it on"
+        )
     if not spec.gpus:
         problems.append("proxmox_vm_gpus is empty: the serving VM needs its GPUs. Fix: list the 8 GPUs' mapping names")
     if len(spec.gpus) > 16:
-        problems.append(f"proxmox_vm_gpus has {len(spec.gpus)} entries; PVE has hostpci0..hostpci15")
+        problems.append(f"proxmox_vm_gpus has {len(spec.gpus)} entries; PVE has hostpci0..hostpci15. Fix: list fewer")
     if not parse_net(spec.net).get("model") or not spec.bridge():
-        problems.append(f"proxmox_vm_net={spec.net!r} needs a model and a bridge, e.g. virtio,bridge=vmbr0")
+        problems.append(f"proxmox_vm_net={quoted(spec.net)} lacks a model or a bridge. Fix: e.g. virtio,bridge=vmbr0")
     if "macaddr" in parse_net(spec.net):
-        problems.append(f"proxmox_vm_net={spec.net!r} fixes a MAC: leave it out (PVE assigns one at create)")
-    if not re.match(r"^[a-z_][a-z0-9_-]*$", spec.ci_user):
-        problems.append(f"proxmox_vm_ci_user={spec.ci_user!r} is not a user name")
+        problems.append(f"proxmox_vm_net={quoted(spec.net)} fixes a MAC. Fix: leave it out (PVE assigns one at create)")
     if not spec.ci_ssh_keys:
         problems.append(
             "proxmox_vm_ci_ssh_keys is empty: the new guest would accept no SSH login. Fix: list the public keys "
             "of the machines that run ansible-playbook"
         )
-    bad_keys = [k for k in spec.ci_ssh_keys if not re.match(r"^(ssh-|ecdsa-|sk-)\S+ \S+", str(k).strip())]
-    if bad_keys:
-        problems.append(f"proxmox_vm_ci_ssh_keys has entries that are not public keys: {bad_keys}")
-    ip = parse_props(spec.ci_ipconfig).get("ip", "")
-    if ip not in ("dhcp", "") and not _is_cidr(ip):
-        problems.append(f"proxmox_vm_ci_ipconfig={spec.ci_ipconfig!r}: ip must be dhcp or ADDRESS/PREFIX")
-    if spec.ci_vendor_snippet and not re.match(r"^[A-Za-z][A-Za-z0-9_.-]*:snippets/[^\s,/]+$", spec.ci_vendor_snippet):
-        problems.append(
-            f"proxmox_vm_ci_vendor_snippet={spec.ci_vendor_snippet!r} is not STORAGE:snippets/NAME "
-            "(e.g. local:snippets/sglang-deploy-vendor.cfg)"
-        )
     if problems:
         raise SpecError("; ".join(problems))
 
 
-def _is_cidr(text: str) -> bool:
+# The VmSpec field types a value must have, in words: the role passes the inventory's values through as they are.
+_KINDS = {"int": "an integer", "str": "a string", "bool": "true or false", "list[str]": "a list of strings"}
+
+
+def _variable(name: str) -> str:
+    return "the VM's tags" if name == "tags" else f"proxmox_vm_{name}"
+
+
+def _type_problems(spec: VmSpec) -> list[str]:
+    """Each field whose value is not of its type (bool is no integer; the GPUs were parsed by parse_gpus)."""
+    problems = []
+    for item in fields(spec):
+        kind, value, var = str(item.type), getattr(spec, item.name), _variable(item.name)
+        ok = {
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "str": isinstance(value, str),
+            "bool": isinstance(value, bool),
+            "list[str]": isinstance(value, list),
+        }.get(kind, True)
+        if not ok:
+            problems.append(
+                f"{var}={quoted(value)} (type {type(value).__name__}) is not {_KINDS[kind]}. "
+                f"Fix: write it as {_KINDS[kind]} in the inventory"
+            )
+        elif kind == "list[str]":
+            problems += [
+                f"{var}[{index}]={quoted(entry)} (type {type(entry).__name__}) is not a string. Fix: quote it"
+                for index, entry in enumerate(value)
+                if not isinstance(entry, str)
+            ]
+    return problems
+
+
+def _whole(var: str, value: str, pattern: re.Pattern[str], what: str, fix: str) -> str:
+    """'' when ``pattern`` matches all of ``value``, else the problem in words."""
+    return "" if pattern.fullmatch(value) else f"{var}={quoted(value)} is not {what}. Fix: {fix}"
+
+
+def storage_problem(var: str, sid: str) -> str:
+    return _whole(var, sid, STORAGE_ID, "a PVE storage id", "use the storage's name (pvesm status)")
+
+
+def volume_problem(var: str, volid: str) -> str:
+    return _whole(
+        var,
+        volid,
+        VOLUME_ID,
+        "a PVE volume id (STORAGE:import/NAME.qcow2)",
+        "name the cloud image's volume on the node (proxmox_vm_image_url downloads it there when missing)",
+    )
+
+
+def serial_problem(var: str, serial: str) -> str:
+    return _whole(
+        var, serial, SERIAL, "a disk serial", "1-20 of A-Z a-z 0-9 _ . - (the guest finds the weights disk by it)"
+    )
+
+
+def node_problem(node: Any) -> str:
+    """'' for a PVE node name (one DNS label), else the problem: the name goes into every API path."""
+    if isinstance(node, str) and NODE_NAME.fullmatch(node):
+        return ""
+    return (
+        f"proxmox_vm_node_name={quoted(node)} is not a PVE node name (letters, digits, '-'). Fix: set the node "
+        "host's proxmox_node_name to the node's name as PVE shows it (pvecm nodes)"
+    )
+
+
+def image_url_problem(url: Any) -> str:
+    """'' for no URL or an https:// URL on one line with a host, else the problem (the node downloads it)."""
+    if url == "":
+        return ""
+    if isinstance(url, str) and re.fullmatch(r"https://[!-~]+", url) and urllib.parse.urlsplit(url).hostname:
+        return ""
+    return (
+        f"proxmox_vm_image_url={quoted(url)} is not an https:// URL on one line. Fix: the image's URL as its "
+        "download page gives it (https://cloud.debian.org/images/cloud/...)"
+    )
+
+
+def _props_problem(
+    var: str, text: str, keys: Sequence[str], default_key: str, fix: str, also: Sequence[str] = ()
+) -> str:
+    """'' for a PVE property string ``[DEFAULT,]KEY=VALUE,...`` of ``keys`` (or ``also``, not listed in the
+    message), each once, with plain values; else the first problem in words."""
+    seen = set()
+    for index, part in enumerate(text.split(",")):
+        key, sep, value = part.partition("=")
+        if not sep and index == 0:
+            key, value = default_key, part
+        if key not in keys and key not in also:
+            return f"{var}={quoted(text)}: {quoted(key)} is not one of its settings ({', '.join(keys)}). Fix: {fix}"
+        if key in seen:
+            return f"{var}={quoted(text)} sets {key} twice. Fix: {fix}"
+        if not PROP_VALUE.fullmatch(value):
+            return f"{var}={quoted(text)}: {key}={quoted(value)} is not a plain value (A-Z a-z 0-9 _ . + : ; / -). Fix: {fix}"
+        seen.add(key)
+    return ""
+
+
+def _address(text: str, version: int, prefix: bool) -> bool:
+    """``text`` is an IPv``version`` address (ADDRESS/PREFIX with ``prefix``; 0: either version), written
+    plainly: no zone (%eth0), no netmask, nothing around it."""
+    if not re.fullmatch(r"[0-9A-Fa-f.:]+" + (r"/[0-9]{1,3}" if prefix else ""), text):
+        return False
     try:
-        ipaddress.ip_interface(text)
+        parsed = ipaddress.ip_interface(text) if prefix else ipaddress.ip_address(text)
     except ValueError:
         return False
-    return "/" in text
+    return version in (0, parsed.version)
+
+
+def ipconfig_problems(text: str) -> list[str]:
+    """What is wrong with a cloud-init ipconfigN (PVE's ip=, gw=, ip6=, gw6=), in words."""
+    var, fix = f"proxmox_vm_ci_ipconfig={quoted(text)}", "Fix: ip=dhcp, or ip=ADDRESS/PREFIX,gw=GATEWAY"
+    values: dict[str, str] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or key not in IPCONFIG_KEYS:
+            return [f"{var}: {quoted(key)} is not one of {', '.join(IPCONFIG_KEYS)}. {fix}"]
+        if key in values:
+            return [f"{var} sets {key}= twice. {fix}"]
+        values[key] = value
+    problems = []
+    if "ip" not in values and "ip6" not in values:
+        problems.append(f"{var} sets no address. {fix}")
+    for ip, gw, version, auto in (("ip", "gw", 4, ("dhcp",)), ("ip6", "gw6", 6, ("dhcp", "auto"))):
+        address, gateway = values.get(ip), values.get(gw)
+        static = address is not None and _address(address, version, prefix=True)
+        if address is not None and address not in auto and not static:
+            words = " or ".join(auto)
+            problems.append(f"{var}: {ip}={quoted(address)} is not {words} or an IPv{version} ADDRESS/PREFIX. {fix}")
+        if gateway is not None and not _address(gateway, version, prefix=False):
+            problems.append(f"{var}: {gw}={quoted(gateway)} is not an IPv{version} address. {fix}")
+        elif gateway is not None and not static:
+            problems.append(f"{var}: {gw}= needs a static {ip}= (a DHCP lease brings its own gateway). {fix}")
+    return problems
+
+
+def ssh_key_problem(index: int, key: str) -> str:
+    """'' for one public key on one line, of a type cloud-init may install and laid out as that type."""
+    var = f"proxmox_vm_ci_ssh_keys[{index}]"
+    fix = "Fix: one key per entry, as its .pub file holds it (ssh-keygen -y -f KEY shows it)"
+    if key and key.splitlines() != [key]:
+        return f"{var} holds a line break: each entry is one key on one line. {fix}"
+    try:
+        parse_public_key(key, USER_KEY_TYPES)
+    except HostKeyError as exc:
+        return f"{var} is not a public key: {exc}. {fix}"
+    return ""
+
+
+def _value_problems(spec: VmSpec) -> list[str]:
+    """Every value that goes into the create/update request or cloud-init, checked whole (one '' per good one)."""
+    out = [
+        _whole(
+            "proxmox_vm_name",
+            spec.name,
+            DNS_NAME,
+            "a DNS name",
+            "letters, digits and '-' in dot-separated labels, no '-' at either end of a label",
+        ),
+        volume_problem("proxmox_vm_image", spec.image),
+        serial_problem("proxmox_vm_weights_disk_serial", spec.weights_disk_serial),
+        _whole("proxmox_vm_ci_user", spec.ci_user, USER_NAME, "a user name", "root, or a lower-case name of 1-32"),
+        _props_problem(
+            "proxmox_vm_cpu", spec.cpu, CPU_KEYS, "cputype", "a CPU type (host), then KEY=VALUE of PVE's cpu options"
+        )
+        or _whole(
+            "proxmox_vm_cpu", parse_props(spec.cpu, "cputype").get("cputype", ""), CPU_MODEL, "a CPU type", "host"
+        ),
+        _props_problem("proxmox_vm_machine", spec.machine, MACHINE_KEYS, "type", "q35")
+        or _whole(
+            "proxmox_vm_machine",
+            parse_props(spec.machine, "type").get("type", ""),
+            MACHINE_TYPE,
+            "a q35 machine, which PCIe passthrough (pcie=1) needs",
+            "q35",
+        ),
+        _props_problem(
+            "proxmox_vm_net", spec.net, NET_KEYS, "model", "a model and a bridge: virtio,bridge=vmbr0", also=NET_MODELS
+        ),
+    ]
+    out += [
+        storage_problem(var, sid)
+        for var, sid in (
+            ("proxmox_vm_storage", spec.storage),
+            ("proxmox_vm_weights_disk_storage", spec.weights_disk_storage),
+            ("proxmox_vm_efidisk_storage", spec.efidisk_storage),
+            ("proxmox_vm_ci_storage", spec.ci_storage),
+        )
+    ]
+    if spec.ci_vendor_snippet:
+        out.append(
+            _whole(
+                "proxmox_vm_ci_vendor_snippet",
+                spec.ci_vendor_snippet,
+                SNIPPET,
+                "STORAGE:snippets/NAME",
+                "e.g. local:snippets/sglang-deploy-vendor.cfg",
+            )
+        )
+    out += [ssh_key_problem(index, key) for index, key in enumerate(spec.ci_ssh_keys)]
+    out += ipconfig_problems(spec.ci_ipconfig)
+    out += [
+        (
+            ""
+            if _address(server, 0, prefix=False)
+            else f"proxmox_vm_ci_nameservers[{index}]={quoted(server)} is not an IP address. Fix: one DNS server's address "
+            "per entry (192.0.2.53, 2001:db8::53)"
+        )
+        for index, server in enumerate(spec.ci_nameservers)
+    ]
+    out += [
+        _whole(
+            f"proxmox_vm_ci_searchdomains[{index}]",
+            domain[:-1] if domain.endswith(".") else domain,
+            DNS_NAME,
+            "a DNS domain",
+            "one domain per entry (example.com)",
+        )
+        for index, domain in enumerate(spec.ci_searchdomains)
+    ]
+    out += [
+        _whole(f"the VM's tags[{index}]", tag, TAG, "a PVE tag", "letters, digits and _ + . -")
+        for index, tag in enumerate(spec.tags)
+    ]
+    return out
 
 
 def static_address(ipconfig: str) -> str:
     """The guest's address when cloud-init sets a static one (ip=ADDR/PREFIX), else ''."""
     ip = parse_props(ipconfig).get("ip", "")
-    return ip.split("/")[0] if _is_cidr(ip) else ""
+    return ip.split("/")[0] if _address(ip, 4, prefix=True) else ""
 
 
 # ------------------------------------------------------------------ the VM as PVE has it
@@ -492,7 +727,7 @@ def drives(config: Mapping[str, Any]) -> list[Drive]:
     """Every drive of a config (not unusedN), in key order."""
     out = []
     for key in sorted(config):
-        if DRIVE_KEY.match(key):
+        if DRIVE_KEY.fullmatch(key):
             props = parse_props(config[key], "file")
             out.append(Drive(key=key, volume=props.pop("file", ""), props=props))
     return out
@@ -500,7 +735,7 @@ def drives(config: Mapping[str, Any]) -> list[Drive]:
 
 def unused_volumes(config: Mapping[str, Any]) -> dict[str, str]:
     """unusedN -> volume: disks detached from the VM but still owned (and freed) by it."""
-    return {k: str(v).split(",")[0] for k, v in sorted(config.items()) if UNUSED_KEY.match(k)}
+    return {k: str(v).split(",")[0] for k, v in sorted(config.items()) if UNUSED_KEY.fullmatch(k)}
 
 
 def find_serial(config: Mapping[str, Any], serial: str) -> list[Drive]:
@@ -527,12 +762,12 @@ def pending_keys(pending: Sequence[Mapping[str, Any]]) -> list[str]:
 def config_diff(desired: Mapping[str, str], actual: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
     """(keys to set with their values, keys to delete) to turn ``actual`` into ``desired``."""
     changed = {k: v for k, v in desired.items() if not same(k, v, actual.get(k))}
-    deleted = sorted((k for k in actual if k not in desired and OPTIONAL_KEYS.match(k)), key=_natural)
+    deleted = sorted((k for k in actual if k not in desired and OPTIONAL_KEYS.fullmatch(k)), key=_natural)
     return changed, deleted
 
 
 def _natural(key: str) -> tuple[str, int]:
-    found = re.match(r"^(\D+)(\d+)$", key)
+    found = re.fullmatch(r"(\D+)(\d+)", key)
     return (found.group(1), int(found.group(2))) if found else (key, 0)
 
 
@@ -540,7 +775,7 @@ def gpu_users(config: Mapping[str, Any]) -> tuple[set[str], set[str]]:
     """(mapping names, PCI addresses) a VM's hostpciN entries hold."""
     mappings, hosts = set(), set()
     for key, value in config.items():
-        if GPU_KEY.match(key):
+        if GPU_KEY.fullmatch(key):
             props = parse_props(value, "host")
             if props.get("mapping"):
                 mappings.add(props["mapping"])
@@ -689,7 +924,7 @@ def kvm_params(config: Mapping[str, str]) -> dict[str, Any]:
     """PVE configuration keys as community.proxmox.proxmox_kvm's parameters (it flattens them back)."""
     out: dict[str, Any] = {}
     for key, value in config.items():
-        group = re.match(r"^(hostpci|ipconfig|net|scsi|ide|sata|virtio|serial|numa)(\d+)$", key)
+        group = re.fullmatch(r"(hostpci|ipconfig|net|scsi|ide|sata|virtio|serial|numa)(\d+)", key)
         if group:
             out.setdefault(group.group(1), {})[key] = value
         elif key == "numa":
@@ -754,10 +989,10 @@ def pick_address(interfaces: Sequence[Mapping[str, Any]]) -> str:
             continue
         for entry in iface.get("ip-addresses") or []:
             text = str(entry.get("ip-address", ""))
-            try:
-                address = ipaddress.ip_address(text)
-            except ValueError:
+            # Plainly written only: the address goes to known_hosts and ssh (ipaddress takes a zone, %eth0, too).
+            if not _address(text, 0, prefix=False):
                 continue
+            address = ipaddress.ip_address(text)
             if address.is_link_local or address.is_multicast or address.is_unspecified:
                 continue
             found.append((0 if address.version == 4 else 1, text))

@@ -22,6 +22,7 @@ STDLIB ONLY, Python >= 3.9: the sglang_server role installs this file on the hos
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import runpy
 import selectors
@@ -29,6 +30,7 @@ import signal
 import sys
 import time
 import traceback
+import urllib.parse
 from typing import Dict, List, Optional, Sequence, Tuple
 
 MASK = b"********"
@@ -58,6 +60,23 @@ def parse_env_flags(specs: Sequence[str], environ: Dict[str, str]) -> List[Tuple
             )
         parsed.append((flag, name, value))
     return parsed
+
+
+def secret_forms(value: str) -> List[bytes]:
+    """Every way sglang (or a library under it) can print ``value``: as it is, inside a Python
+    ``repr`` (``ServerArgs(api_key='...')``: backslashes, quotes, tabs escaped; either quote style),
+    inside JSON (``/server_info``-style dumps, ASCII-escaped or not) and URL-encoded (a query string).
+    A key of letters, digits and ``._~-`` has one form; the role refuses anything that needs escaping,
+    and these forms cover a key set by other means."""
+    text = repr(value)
+    body = text[1:-1]
+    if text[0] == "'":  # the body inside '...'; the same string inside "..." escapes the other quote
+        single, double = body, body.replace("\\'", "'").replace('"', '\\"')
+    else:
+        single, double = body.replace('\\"', '"').replace("'", "\\'"), body
+    forms = {value, single, double, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1],
+             urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value, safe="")}  # fmt: skip
+    return sorted((form.encode("utf-8") for form in forms if form), key=len, reverse=True)
 
 
 class Masker:
@@ -231,7 +250,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         os._exit(_child(args.module, server_argv))
     os.close(out_w)
     os.close(err_w)
-    secrets = [value.encode() for _, _, value in env_flags]
+    secrets = [form for _, _, value in env_flags for form in secret_forms(value)]
     return relay({out_r: 1, err_r: 2}, secrets, child)
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 
 # Characters that need no quoting in an ExecStart= word. Deliberately small: anything else is quoted.
-_SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+# Matched whole (fullmatch): "$" would accept a trailing newline.
+_SAFE_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 # Environment variable names as systemd accepts them.
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _escape_c(text: str) -> str:
@@ -32,14 +33,14 @@ def exec_word(word: str) -> str:
         # A lone ';' separates command lines in ExecStart=; escaped it is a literal argument.
         return "\\;"
     escaped = word.replace("%", "%%").replace("$", "$$")
-    if _SAFE_WORD.match(word):
+    if _SAFE_WORD.fullmatch(word):
         return escaped
     return '"' + _escape_c(escaped) + '"'
 
 
 def environment_assignment(name: str, value: str) -> str:
     """The value of one ``Environment=`` line: ``"NAME=value"`` with specifiers escaped."""
-    if not ENV_NAME.match(name):
+    if not ENV_NAME.fullmatch(name):
         raise ValueError(f"not an environment variable name: {name!r}")
     # Environment= expands specifiers but not variables, so only % needs doubling.
     return '"' + _escape_c(f"{name}={value}".replace("%", "%%")) + '"'
@@ -47,7 +48,7 @@ def environment_assignment(name: str, value: str) -> str:
 
 def env_file_line(name: str, value: str) -> str:
     """One line of an EnvironmentFile=: single quotes keep everything literal except the quote."""
-    if not ENV_NAME.match(name):
+    if not ENV_NAME.fullmatch(name):
         raise ValueError(f"not an environment variable name: {name!r}")
     if "\n" in value:
         raise ValueError(f"environment value of {name} contains a newline")
@@ -166,7 +167,7 @@ def environment(text: str) -> dict[str, str]:
     found: dict[str, str] = {}
     for word in words:
         name, sep, value = word.partition("=")
-        if sep and ENV_NAME.match(name):
+        if sep and ENV_NAME.fullmatch(name):
             found[name] = value
     return found
 

@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sglang_deploy_host import bench as host_bench
-from sglang_deploy import validator
+from sglang_deploy import inputfiles, validator
 from sglang_deploy.lanes import Lane
 
 RUN_FORMAT = 1
@@ -44,15 +44,15 @@ DEFAULT_THRESHOLD = 0.10
 # LongBench sets; random-ids never calls it. Answered by the validator's stand-in (which raises if
 # called) instead of 370 MB of pyarrow and pandas; the lane's own stand-ins (torchvision) too.
 BENCH_STAND_INS = ("datasets",)
-# Runs bench_serving in the validator venv with those stand-ins (the probe's own mechanism).
+# Runs bench_serving in the validator venv with those stand-ins (the probe's own mechanism), then as on a
+# host: redirects off (sglang_deploy_host.bench.NO_REDIRECTS_RUNNER).
 _RUNNER = (
     "import importlib.util, runpy, sys\n"
     "spec = importlib.util.spec_from_file_location('_validator_probe', {probe!r})\n"
     "probe = importlib.util.module_from_spec(spec)\n"
     "spec.loader.exec_module(probe)\n"
     "probe._install_stand_ins({stand_ins!r})\n"
-    "runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
-)
+) + host_bench.NO_REDIRECTS_RUNNER
 _GIT_TIMEOUT_S = 10
 TABLE_COLUMNS = (
     ("concurrency", "concurrency", "{:d}"),
@@ -206,9 +206,11 @@ def _write(path: Path, text: str) -> None:
 def load_run(directory: Path) -> Run:
     """A run written by write_run (its sweep.json and results.jsonl)."""
     try:
-        sweep = json.loads((directory / "sweep.json").read_text(encoding="utf-8"))
+        sweep = inputfiles.read_json(directory / "sweep.json", "a run's")
         records = _jsonl(directory / "results.jsonl")
-    except (OSError, ValueError) as err:
+        if not isinstance(sweep, dict) or not isinstance(sweep.get("steps", []), list):
+            raise ValueError("sweep.json is not a run's (no object with steps)")
+    except ValueError as err:
         raise BenchInputError(f"{directory} is no benchmark run: {err}") from None
     by_concurrency = {record.get("max_concurrency"): record for record in records}
     steps = [{**step, "record": by_concurrency.get(step["concurrency"])} for step in sweep.pop("steps", [])]
@@ -224,12 +226,12 @@ def run_from_playbook(directory: Path, extra_meta: Mapping[str, Any]) -> Run:
     """The run playbooks/bench.yml wrote for one host (meta.json, steps/c<N>.json), in plan order;
     a planned step without a result (the host failed first) counts as failed."""
     try:
-        meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
+        meta = inputfiles.read_json(directory / "meta.json", "the playbook's")
         found = {}
         for path in (directory / "steps").glob("c*.json"):
-            step = json.loads(path.read_text(encoding="utf-8"))
+            step = inputfiles.read_json(path, "the playbook's")
             found[step["concurrency"]] = step
-    except (OSError, ValueError, KeyError) as err:
+    except (ValueError, KeyError, TypeError) as err:
         raise BenchInputError(f"{directory}: the playbook's results do not read: {err}") from None
     planned = meta.pop("steps", [])
     steps = [
@@ -243,7 +245,8 @@ def run_from_playbook(directory: Path, extra_meta: Mapping[str, Any]) -> Run:
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    text = inputfiles.read_text(path, "bench_serving's records", inputfiles.JSON_MAX_BYTES)
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]
     if not all(isinstance(record, dict) for record in records):
         raise ValueError(f"{path}: every line must be a JSON object")
     return records
@@ -283,12 +286,13 @@ def load_baseline(spec: str) -> Baseline:
         if path.suffix == ".jsonl":
             records, data = _jsonl(path), {}
         else:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = inputfiles.read_json(path, "--baseline")
             records = data.get("records") if isinstance(data, dict) else None
-    except (OSError, ValueError) as err:
+    except ValueError as err:
         known = ", ".join(shipped_baselines())
+        what = str(err) if isinstance(err, inputfiles.InputFileError) else f"--baseline {spec}: cannot read it ({err})"
         raise BenchInputError(
-            f"--baseline {spec}: cannot read it ({err}). Fix: give a run directory of sglang-deploy bench, its "
+            f"{what}. Fix: give a run directory of sglang-deploy bench, its "
             f"sweep.json or results.jsonl, a JSON file with 'records', or a shipped baseline ({known})"
         ) from None
     if not isinstance(records, list) or not records:
@@ -625,7 +629,7 @@ def _baseline_records(spec: str) -> dict[int, dict[str, Any]]:
     if path.suffix == ".jsonl":
         records = _jsonl(path)
     else:
-        records = json.loads(path.read_text(encoding="utf-8")).get("records") or []
+        records = inputfiles.read_json(path, "--compare").get("records") or []  # load_baseline read it already
     return {record["max_concurrency"]: record for record in records if isinstance(record, dict)}
 
 

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from sglang_deploy_host import unitcheck
 from sglang_deploy.commands import add_inventory_args
-from sglang_deploy.runner import RunnerError, project_dir, run_playbook
+from sglang_deploy.runner import Interrupted, RunnerError, project_dir, run_playbook, stop_on_signals
 
 _console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -27,7 +27,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     run = run_playbook(
         "playbooks/render.yml",
         _inventories(args),
-        extravars={"sglang_deploy_render_out": str(out)},
+        extravars={"sglang_deploy_render_out": str(out), "sglang_deploy_render_validate": not args.no_validate},
         limit=args.limit,
         title="render",
         live=False,
@@ -50,7 +50,8 @@ def cmd_render(args: argparse.Namespace) -> int:
         for note in check.notes:
             _console.print(f"  note: {note}")
         if check.ok:
-            _console.print(f"[green]ok[/] {unit} (systemd-analyze verify: clean)")
+            flags = "flags NOT validated (--no-validate)" if args.no_validate else "flags valid"
+            _console.print(f"[green]ok[/] {unit} ({flags}; systemd-analyze verify: clean)")
         else:
             failed = True
             _console.print(f"[red]FAILED[/] {unit}: systemd-analyze verify printed:")
@@ -133,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     render = sub.add_parser("render", help="write each host's systemd unit + env file locally")
     add_inventory_args(render)
     render.add_argument("--out", default="render-out", help="output directory (default: render-out)")
+    render.add_argument(
+        "--no-validate", action="store_true",
+        help="skip the flag validation (the lane's sglang parser) that render runs first, as `validate` and `up` do",
+    )  # fmt: skip
     render.set_defaults(func=cmd_render)
 
     validate = sub.add_parser("validate", help="check the flags with the lane's pinned sglang parser")
@@ -161,11 +166,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        with stop_on_signals():
+            return int(args.func(args))
     except RunnerError as err:
         # A broken inventory, no serving hosts, no Ansible: nothing ran, so no "successful".
         _console.print(f"[red]sglang-deploy {args.command}:[/] {escape(str(err))}")
         return 2
+    except Interrupted as stop:
+        # Any Ansible run of the command is gone by now (stop_on_signals).
+        _console.print(f"[red]sglang-deploy {args.command}:[/] {escape(stop.line())}")
+        return stop.exit_status
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from a plan when one is given, else with a pointer to ``sglang-deploy plan``.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -22,6 +21,8 @@ from string import Formatter
 from typing import Any
 
 import yaml
+
+from sglang_deploy import inputfiles
 
 MAX_EVIDENCE_LINES = 5
 RULES_FILE = "doctor_rules.yml"
@@ -128,9 +129,9 @@ class PlanFileError(ValueError):
 def load_plan(path: str | Path) -> dict[str, Any]:
     """The plan a ``--plan`` file holds: a JSON object as ``sglang-deploy plan --json`` prints it."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise PlanFileError(f"--plan {path}: cannot read it as JSON ({err})") from None
+        data = inputfiles.read_json(path, "--plan")
+    except inputfiles.InputFileError as err:
+        raise PlanFileError(str(err)) from None
     if not isinstance(data, dict) or "recommended_mem_fraction_static" not in data:
         raise PlanFileError(
             f"--plan {path}: not a memory plan (want the JSON object `sglang-deploy plan --json` "

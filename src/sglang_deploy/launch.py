@@ -353,7 +353,7 @@ def _flag(raw_name: str, value: Any) -> Flag:
         keys = set(value)
         if keys == {"env"}:
             env_name = str(value["env"])
-            if not systemd.ENV_NAME.match(env_name):
+            if not systemd.ENV_NAME.fullmatch(env_name):
                 raise LaunchConfigError(
                     f"sglang_server_flags['{raw_name}']: {{env: {env_name}}} is not a valid "
                     "environment variable name"
@@ -398,7 +398,7 @@ def _check_conflicts(flags: Sequence[Flag]) -> None:
 
 
 def _env_name(name: str) -> str:
-    if not systemd.ENV_NAME.match(name):
+    if not systemd.ENV_NAME.fullmatch(name):
         raise LaunchConfigError(
             f"sglang_server_env: {name!r} is not a valid environment variable name"
         )

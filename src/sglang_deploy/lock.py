@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_deploy import lanes
+from sglang_deploy import inputfiles, lanes
 from sglang_deploy_host import lockfile
 from sglang_deploy.lanes import Lane
 
@@ -34,12 +34,24 @@ so no host ever compiles a package while installing the lock."""
 RESOLVE_TIMEOUT_S = 900
 """One resolution (metadata only, no wheels) takes seconds; this bounds a hung index."""
 
+LOCK_MAX_BYTES = 16 << 20
+"""A lock is a few hundred KB (every pin with its hashes); one past this is not a lock file."""
+
 _REQUIREMENTS_NAME = "requirements.in"
 _OVERRIDES_NAME = "overrides.txt"
 
 
 class LockError(RuntimeError):
     """A lane that cannot be locked, or a resolution that failed."""
+
+
+def read_lock(path: Path) -> str | None:
+    """The text of the lock file at ``path``, None if nothing is there. Whatever is there must be a
+    regular UTF-8 file under LOCK_MAX_BYTES: a FIFO, a directory or a binary blob named like a lock is
+    an inputfiles.InputFileError, not a missing lock to write over."""
+    if not inputfiles.exists(path):
+        return None
+    return inputfiles.read_text(path, "lock file", LOCK_MAX_BYTES)
 
 
 @dataclass(frozen=True)
@@ -109,9 +121,9 @@ def is_stale(target: LockTarget, text: str | None = None) -> str | None:
     """Why the committed lock does not match the lane's inputs, or None when it does."""
     path = lock_path(target)
     if text is None:
-        if not path.is_file():
+        text = read_lock(path)
+        if text is None:
             return f"{path} is missing"
-        text = path.read_text(encoding="utf-8")
     recorded = lockfile.recorded_digest(text)
     if recorded != inputs_digest(target):
         return (
@@ -199,9 +211,9 @@ class LockResult:
 def write_lock(target: LockTarget, uv: str | None = None) -> LockResult:
     """Resolve and write the lock file (only when its text changes)."""
     start = time.monotonic()
-    text = resolve(target, uv)
     path = lock_path(target)
-    old = path.read_text(encoding="utf-8") if path.is_file() else None
+    old = read_lock(path)  # before resolving: a path that is not a lock file stops the run at once
+    text = resolve(target, uv)
     if old != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -214,9 +226,10 @@ def check_lock(target: LockTarget, uv: str | None = None) -> LockResult:
     """Offline digest check, then re-resolve (same cut-off date) and compare the pins and hashes."""
     start = time.monotonic()
     path = lock_path(target)
-    problem = is_stale(target)
+    committed = read_lock(path)
+    problem = is_stale(target, committed) if committed is not None else f"{path} is missing"
     if problem is None:
         fresh = lockfile.body(resolve(target, uv))
-        if fresh != lockfile.body(path.read_text(encoding="utf-8")):
+        if fresh != lockfile.body(committed):
             problem = f"{path.name}: resolving its inputs again gives other pins or hashes"
     return LockResult(target, path, False, time.monotonic() - start, problem)

@@ -20,6 +20,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sglang_deploy_host import endpoint
+
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
 """sglang-router 0.3.2's --policy choices."""
 
@@ -57,10 +59,7 @@ def worker_url(hostname: str, host_vars: Mapping[str, Any]) -> str:
     ``http://<ansible_host or name>:<port>`` with the port of its merged sglang_server flags."""
     explicit = host_vars.get("sglang_router_worker_url")
     if explicit:
-        url = str(explicit).rstrip("/")
-        if not url.startswith(("http://", "https://")):
-            raise RouterConfigError(f"{hostname}: sglang_router_worker_url {url!r} is not an http(s):// URL")
-        return url
+        return checked_worker_url(str(explicit).rstrip("/"), f"{hostname}: sglang_router_worker_url")
     # The port alone, the override first, then the launch profile: the flags' other values need not
     # template here.
     override = host_vars.get("sglang_server_flags_override") or {}
@@ -78,6 +77,15 @@ def worker_url(hostname: str, host_vars: Mapping[str, Any]) -> str:
         raise RouterConfigError(f"{hostname}: worker port {port!r} is not a port (1-65535)")
     address = str(host_vars.get("sglang_router_worker_address") or host_vars.get("ansible_host") or hostname)
     return f"http://{_bracket(address)}:{int(port)}"
+
+
+def checked_worker_url(url: str, what: str) -> str:
+    """A worker URL that may go into the router's command line: http(s), a host, no credentials (they
+    would sit in ExecStart=, which every local user reads), no space or control character."""
+    try:
+        return endpoint.check_url(url)
+    except ValueError as err:
+        raise RouterConfigError(f"{what}: {err}") from None
 
 
 def worker_urls(hostnames: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -131,7 +139,7 @@ def router_flags(settings: Mapping[str, Any]) -> dict[str, Any]:
     policy = settings["policy"]
     if policy not in POLICIES:
         raise RouterConfigError(f"policy {policy!r} is not one of {', '.join(POLICIES)}")
-    urls = list(settings["worker_urls"])
+    urls = [checked_worker_url(str(url), "sglang_router_worker_urls") for url in settings["worker_urls"]]
     if not urls:
         raise RouterConfigError("no worker URLs: the worker group is empty and sglang_router_worker_urls is []")
     flags: dict[str, Any] = {

@@ -8,15 +8,18 @@ failure, and the run's artifacts kept under ``artifacts/runs/<UTC time>-<command
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +63,8 @@ _SECRET_ENV_NAME = re.compile(r"(?i)(api_?key|token|secret|passw(or)?d|credentia
 _REDACTED = "********"
 # Bound on `ansible --list-hosts`: it only reads the inventory.
 _LIST_HOSTS_TIMEOUT_S = 120
+# Seconds an interrupted run has to stop after the CLI passed the signal on; then its processes are killed.
+INTERRUPT_GRACE_S = 30.0
 
 
 class RunnerError(RuntimeError):
@@ -73,6 +78,156 @@ class InventoryError(RunnerError):
 
 class AnsibleStartError(RunnerError):
     """Ansible itself could not be started (not installed beside this interpreter, not on PATH)."""
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached the CLI (see stop_on_signals), raised once the Ansible run it interrupted,
+    if any, is gone. A BaseException, as KeyboardInterrupt: a command's ``except Exception`` must not
+    carry on after it."""
+
+    def __init__(self, signum: int, where: str = "", artifacts: str = "", killed: str = "") -> None:
+        super().__init__(signum)
+        self.signum, self.where, self.artifacts, self.killed = signum, where, artifacts, killed
+
+    @property
+    def exit_status(self) -> int:
+        """128 + the signal, as a shell reports a command the signal killed (130 SIGINT, 143 SIGTERM)."""
+        return 128 + self.signum
+
+    def line(self) -> str:
+        """What was interrupted, on one line (the CLI puts ``sglang-deploy COMMAND:`` before it)."""
+        name = signal.Signals(self.signum).name
+        if not self.artifacts:
+            return f"interrupted by {name}; no Ansible run was in flight"
+        at = f" at {self.where}" if self.where else ""
+        how = f"killed {self.killed}" if self.killed else "stopped"
+        kept = f"artifacts: {self.artifacts}" if Path(self.artifacts).is_dir() else "no artifacts kept"
+        return (
+            f"interrupted by {name}{at}: its ansible-playbook was {how}, the hosts may be half-changed; "
+            f"{kept}. Fix: run the command again to finish"
+        )
+
+
+def _run_groups() -> set[int]:
+    """The process groups of this process's descendants but its own: ansible-runner runs
+    ansible-playbook in a pty of its own session and every Ansible worker calls setsid, so no signal
+    to the CLI's group reaches them, and a kill of ansible-playbook's group alone leaves the workers
+    and their tasks running. Empty without /proc."""
+    table: dict[int, tuple[int, int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(entry.path, "stat").read_bytes()
+                # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+                _, ppid, pgrp = stat[stat.rindex(b")") + 2 :].split()[:3]
+                table[int(entry.name)] = (int(ppid), int(pgrp))
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    own, groups, todo = os.getpgrp(), set(), [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            todo.append(child)
+            if table[child][1] != own:
+                groups.add(table[child][1])
+    return groups
+
+
+@dataclass
+class _RunStop:
+    """What a SIGINT/SIGTERM of the CLI does to the ansible-runner run in flight (stop_on_signals)."""
+
+    armed: bool = False
+    running: bool = False
+    signum: int | None = None
+    since: float = 0.0
+    groups: set[int] = field(default_factory=set)
+    killed: str = ""  # why the run was killed instead of stopping by itself
+    where: str = ""
+    artifacts: str = ""
+
+    def send(self, signum: int, groups: set[int] | None = None) -> None:
+        """``signum`` to ``groups`` (default: every group of the run seen so far and now)."""
+        if groups is None:
+            self.groups |= _run_groups()
+            groups = self.groups
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signum)
+
+    def signalled(self, signum: int) -> None:
+        """The handler: pass the first signal on to the run (Ansible stops its workers and says so),
+        kill it at a second one; outside a run, stop the command at once."""
+        if self.running and self.signum is not None:
+            self.killed = "at a second signal"
+            self.send(signal.SIGKILL)
+            return
+        if self.signum is None:
+            self.signum, self.since = signum, time.monotonic()
+        if not self.running:
+            raise self.interrupted()
+        self.send(signum)
+
+    def cancel(self) -> bool:
+        """ansible-runner's cancel_callback, asked between reads of the run's output (at least every 5 s):
+        the signal for groups started since it came, and after INTERRUPT_GRACE_S the kill of them all
+        (True: ansible-runner then stops waiting for ansible-playbook)."""
+        if self.signum is None:
+            return False
+        if time.monotonic() - self.since < INTERRUPT_GRACE_S:
+            fresh = _run_groups() - self.groups
+            self.groups |= fresh
+            self.send(self.signum, fresh)
+            return False
+        self.killed = f"after {INTERRUPT_GRACE_S:.0f} s"
+        self.send(signal.SIGKILL)
+        return True
+
+    def finished(self, _runner: Any) -> None:
+        """ansible-runner's finished_callback: an interrupted run's leftovers (a task that ignored the
+        signal, in a group whose worker is gone) are killed, then the command stops."""
+        self.running = False
+        if self.signum is None:
+            self.where = self.artifacts = ""  # a signal after it interrupts no run
+            return
+        self.send(signal.SIGKILL)
+        raise self.interrupted()
+
+    def saw(self, event: Mapping[str, Any]) -> None:
+        data = event.get("event_data") or {}
+        if event.get("event") == "runner_on_start" and data.get("host"):
+            self.where = f"[{data['host']}] {data.get('task', '?')}"
+
+    def interrupted(self) -> Interrupted:
+        assert self.signum is not None
+        return Interrupted(self.signum, self.where, self.artifacts, self.killed)
+
+
+_stop = _RunStop()
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    _stop.signalled(signum)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """While the block (a CLI command) runs, SIGINT and SIGTERM stop it with Interrupted: an Ansible
+    run in flight gets the signal (every process group of it), INTERRUPT_GRACE_S to stop, then SIGKILL,
+    and is gone before Interrupted is raised. Without this, ansible-runner's own handlers would kill
+    ansible-playbook alone and leave its workers and their tasks running."""
+    global _stop
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread; a caller elsewhere keeps ansible-runner's
+        return
+    _stop = _RunStop(armed=True)
+    previous = {signum: signal.signal(signum, _on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        _stop = _RunStop()
 
 
 def project_dir() -> Path:
@@ -340,28 +495,42 @@ def runner_kwargs(
     ident: str | None = None,
 ) -> dict[str, Any]:
     """What every ansible_runner.run() of the CLI shares: the project's environment, private and
-    rotated artifacts (``artifacts/runs/<ident>/``), no env/ files, and the secret environment
-    redacted as soon as it is on disk. Runs get a directory of their own because ansible-runner's
-    rotation deletes the oldest entries of it, whatever they are (artifacts/bench/ must survive)."""
+    rotated artifacts (``artifacts/runs/<ident>/``), no env/ files, the secret environment
+    redacted as soon as it is on disk, and under stop_on_signals the run stopped by SIGINT/SIGTERM.
+    Runs get a directory of their own because ansible-runner's rotation deletes the oldest entries
+    of it, whatever they are (artifacts/bench/ must survive)."""
+
+    stop = _stop
 
     def on_status(data: Mapping[str, Any], runner_config: Any = None) -> None:
         if data.get("status") != "starting" and runner_config is not None:
             redact_secret_env(Path(runner_config.artifact_dir))
+        elif runner_config is not None and stop.armed:
+            stop.running, stop.where, stop.artifacts = True, "", str(runner_config.artifact_dir)
         if status_handler is not None:
             status_handler(data, runner_config=runner_config)
 
+    def on_event(event: Mapping[str, Any]) -> bool:
+        stop.saw(event)
+        return event_handler(event)
+
     artifacts = _private_dir(artifacts)
-    return {
+    kwargs: dict[str, Any] = {
         "private_data_dir": str(artifacts),
         "artifact_dir": str(_private_dir(artifacts / RUNS_SUBDIR)),
         "ident": ident,
         "envvars": ansible_env(),
         "quiet": True,
-        "event_handler": event_handler,
+        "event_handler": on_event,
         "status_handler": on_status,
         "rotate_artifacts": keep_artifacts,
         "suppress_env_files": True,
     }
+    if stop.armed:
+        # The CLI's handlers stop the run (stop_on_signals); a cancel_callback also keeps ansible-runner
+        # from installing its own, which kill ansible-playbook's group only.
+        kwargs.update(cancel_callback=stop.cancel, finished_callback=stop.finished)
+    return kwargs
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ failure said in one line; the one used is recorded in the venv's marker (``torch
 Environment (POSIX control nodes only: the build lock uses ``fcntl``):
     SGLANG_DEPLOY_CACHE                  cache root (default ~/.cache/sglang-deploy)
     SGLANG_DEPLOY_VALIDATOR_TORCH        pip requirement for the venv's torch; when it or the index
-                                         below is set, it is the only source tried
+                                         below is set, it is the only source tried, and the venv is
+                                         a separate one (validator_dir)
     SGLANG_DEPLOY_VALIDATOR_TORCH_INDEX  index that torch is installed from (pip --index-url);
                                          empty = pip's own configuration. Default: the lane's index,
                                          or empty when SGLANG_DEPLOY_VALIDATOR_TORCH is set.
@@ -30,18 +31,22 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import ctypes
 import difflib
 import fcntl
+import hashlib
 import http.client
 import json
 import os
 import platform
 import re
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -656,15 +661,27 @@ def _venv_python(env: Path) -> Path:
     return env / "bin" / "python"
 
 
+def validator_dir(spec: BuildSpec, cache_dir: Path | None = None) -> Path:
+    """Where ``spec``'s venv lives: ``<cache>/validators/sglang-<version>-py<major.minor>`` for the
+    default torch discovery (the path existing caches have), with ``-torch-<hash of the requirement
+    and index>`` when the environment forces a source. One path for both would have two processes
+    with different sources rebuild it in turn (minutes each, the other waiting on its lock)."""
+    name = f"sglang-{spec.sglang}-py{spec.python_version}"
+    if spec.torch_explicit:
+        source = json.dumps([spec.torch, spec.torch_index]).encode()
+        name += f"-torch-{hashlib.sha256(source).hexdigest()[:8]}"
+    return cache_root(cache_dir) / "validators" / name
+
+
 def ensure_validator_env(lane: Lane, cache_dir: Path | None = None) -> Path:
     """The venv that runs ``lane``'s sglang parser, built once (about two minutes) and then reused.
 
-    Lives at ``<cache>/validators/sglang-<version>-py<major.minor>``. Built under a file lock in a
-    temporary directory beside it and renamed into place only after the probe ran in it, so a
-    concurrent or failed build never leaves a half-built venv at the final path.
+    Lives at ``validator_dir``. Built under a file lock in a temporary directory beside it and
+    renamed into place only after the probe ran in it and its marker is written, so a concurrent,
+    failed or killed build never leaves a half-built venv at the final path.
     """
     spec = build_spec(lane, os.environ)
-    final = cache_root(cache_dir) / "validators" / f"sglang-{spec.sglang}-py{spec.python_version}"
+    final = validator_dir(spec, cache_dir)
     final.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(final.with_name(final.name + ".lock")):
         if not spec.matches(_read_marker(final)) or not _venv_python(final).exists():
@@ -797,13 +814,78 @@ def _try_step(step: str, command: list[str]) -> subprocess.CompletedProcess[str]
     (stdout holds its output, stderr included)."""
     say(f"  {step} ...")
     started = time.monotonic()
-    done = subprocess.run(
-        command, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    if done.returncode != 0:
-        return done
+    # A process group of its own, to be killed whole (pip and what pip starts) with this process.
+    with subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True, preexec_fn=_dies_with_parent(),
+    ) as proc, _step_dies_with_us(proc):  # fmt: skip
+        output, _ = proc.communicate()
+    if proc.returncode != 0:
+        return subprocess.CompletedProcess(command, proc.returncode, output)
     say(f"  {step}: done in {time.monotonic() - started:.0f} s")
     return None
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """(Linux) A preexec_fn after which the kernel SIGKILLs the child when this process dies, even of
+    a SIGKILL (a subprocess timeout, the CLI's kill of a run that did not stop), when no handler runs."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before prctl: no signal would come
+            os._exit(1)
+
+    return preexec
+
+
+@contextlib.contextmanager
+def _step_dies_with_us(proc: subprocess.Popen[str]) -> Iterator[None]:
+    """Kill ``proc``'s process group however this process leaves the step: any exception (an
+    Ansible task's timeout alarm, KeyboardInterrupt, the CLI's Interrupted) and SIGTERM, SIGINT or
+    SIGHUP before the handler this process had (Ansible's worker kills only its own group; the
+    default ends the process with no cleanup). Without this, a validate cut off mid-build left pip
+    building on."""
+
+    def kill() -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        previous = handlers[signum]
+        if previous == signal.SIG_IGN:
+            return  # this process ignores it: its build goes on too
+        kill()
+        if callable(previous):
+            previous(signum, frame)
+        else:  # SIG_DFL (or set outside Python): end as the signal would have ended us
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        # A handler that returned: the step is killed, so the build must not go on as if it failed.
+        raise ValidatorError(
+            f"building the flag validator was interrupted by {signal.Signals(signum).name}; "
+            "nothing was kept. Fix: run it again"
+        )
+
+    handlers: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():  # where handlers can be set
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            handlers[signum] = signal.signal(signum, on_signal)
+    try:
+        yield
+    except BaseException:
+        kill()
+        raise
+    finally:
+        for signum, previous in handlers.items():
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
 
 
 def _pip_error(output: str) -> str:

@@ -31,7 +31,11 @@ environment variables (the unit's argv stays the inventory's):
                                           "!!!!!!", as the seeds saw from a bad backend) |
                                           never-ready (/health* answer 503 forever) |
                                           stall (generation requests get no answer, or a stream
-                                          that never sends a token: a hung server)
+                                          that never sends a token: a hung server) |
+                                          empty (generation requests answer 200 with no token: a
+                                          server that "succeeds" at nothing) |
+                                          redirect (generation requests answer 307 to
+                                          --standin-redirect-to / SGLANG_STANDIN_REDIRECT_TO + path)
   --standin-load-delay / SGLANG_STANDIN_LOAD_DELAY   seconds of "loading" (503) after start (default 2)
 
 Streamed answers (bench_serving's way to measure) are paced so that what a client measures can be
@@ -73,7 +77,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator, Optional
 
-MODES = ("ok", "garble", "never-ready", "stall")
+MODES = ("ok", "garble", "never-ready", "stall", "empty", "redirect")
 GARBLE = "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
 CONTEXT_LEN = 202752
 SGLANG_VERSION = "0.5.10.post1"
@@ -108,6 +112,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--standin-ttft-ms", type=float, default=_env_number("SGLANG_STANDIN_TTFT_MS", "0"))
     parser.add_argument("--standin-fail-every", type=int, default=int(_env_number("SGLANG_STANDIN_FAIL_EVERY", "0")))
+    parser.add_argument("--standin-redirect-to", default=os.environ.get("SGLANG_STANDIN_REDIRECT_TO", ""))
     # Every other sglang flag (--trust-remote-code, --mem-fraction-static 0.9, ...) is accepted and ignored.
     args, _ignored = parser.parse_known_args(argv)
     if args.standin_mode not in MODES:
@@ -428,6 +433,12 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
                 message = f"stand-in: generation request {number} fails on purpose (--standin-fail-every {every})"
                 self._send(500, {"object": "error", "message": message, "type": "InternalServerError", "param": None, "code": 500})
                 return
+            if state.args.standin_mode == "redirect":
+                self.send_response(307)
+                self.send_header("Location", state.args.standin_redirect_to.rstrip("/") + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             with state.pacer.request():
                 if state.args.standin_mode == "stall":
                     self._stall(bool(request.get("stream")))
@@ -486,6 +497,8 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
             prompt = request.get("text") if isinstance(request.get("text"), str) else ""
             prompt_tokens = len(input_ids) if isinstance(input_ids, list) else len(_tokens(prompt))
             words = _stream_words(state.answer_for(prompt), max_new, bool(params.get("ignore_eos")))
+            if state.args.standin_mode == "empty":
+                words = []
             rid = uuid.uuid4().hex
             started = time.monotonic()
 

@@ -295,8 +295,16 @@ ENDPOINT = ["--endpoint", "http://127.0.0.1:9", "--model", "m"]
         ([*ENDPOINT, "--tokenizer", "/nonexistent"], "no tokenizer there"),
         ([*ENDPOINT, "--tokenizer", "TOK", "--api-key-file", "/nonexistent/key"], "cannot read it"),
         ([*ENDPOINT, "--tokenizer", "TOK", "--lane", "cu999"], "unknown lane 'cu999'"),
-        (["--baseline", "seed-004x"], "--baseline seed-004x: cannot read it"),
-        (["--baseline", "BIN"], "cannot read it"),
+        (["--baseline", "seed-004x"], "--baseline seed-004x: cannot open it"),
+        (["--baseline", "BIN"], "not UTF-8 text"),
+        # Before: /dev/zero never ended, /dev/urandom gave a traceback; a FIFO would block.
+        (["--baseline", "/dev/zero"], "--baseline /dev/zero: not a regular file"),
+        (["--baseline", "/dev/urandom"], "--baseline /dev/urandom: not a regular file"),
+        (["--baseline", "FIFO"], "not a regular file"),
+        (["--baseline", "HUGE"], "more than the"),
+        (["--baseline", "NUL"], "a binary file (NUL bytes)"),
+        (["--compare", "/dev/zero", "seed-004"], "--baseline /dev/zero: not a regular file"),
+        (["--compare", "BIN", "seed-004"], "not UTF-8 text"),
         (["--baseline", "OBJ"], "no 'records' list"),
         (["--baseline", "OLD", "--input-len", "128"], "not comparable"),
         ([*ENDPOINT, "--tokenizer", "TOK", "--concurrency", "1,2", "--baseline", "seed-004"], "nothing to compare"),
@@ -305,10 +313,15 @@ ENDPOINT = ["--endpoint", "http://127.0.0.1:9", "--model", "m"]
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str, tokenizer: str, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    (tmp_path / "bin.json").write_bytes(bytes(range(256)))
+    (tmp_path / "bin.json").write_bytes(bytes(range(128, 256)))
+    (tmp_path / "nul.json").write_bytes(b'{"records": []}\0')
     (tmp_path / "obj.json").write_text("{}")
     (tmp_path / "old.jsonl").write_text(json.dumps(_record(64, 1.0, 2.0)) + "\n")
-    files = {"TOK": tokenizer, "BIN": str(tmp_path / "bin.json"), "OBJ": str(tmp_path / "obj.json"), "OLD": str(tmp_path / "old.jsonl")}
+    os.mkfifo(tmp_path / "fifo.json")
+    with open(tmp_path / "huge.json", "wb") as huge:  # sparse: 64 GiB of nothing on disk
+        huge.truncate(64 << 30)
+    files = {"TOK": tokenizer, "BIN": str(tmp_path / "bin.json"), "OBJ": str(tmp_path / "obj.json"), "OLD": str(tmp_path / "old.jsonl"),
+             "FIFO": str(tmp_path / "fifo.json"), "HUGE": str(tmp_path / "huge.json"), "NUL": str(tmp_path / "nul.json")}  # fmt: skip
     rc, output = _bench([files.get(word, word) for word in argv], capsys)
     assert rc == 2, output
     assert "Traceback" not in output and message in output and KEY not in output, output
@@ -381,4 +394,4 @@ def test_the_compare_command_writes_the_comparison_and_exits_on_the_verdict(tmp_
     assert cli.main(["bench", "--compare", "a", "b", "c"]) == 2
     assert cli.main(["bench", "--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--endpoint", "http://127.0.0.1:1"]) == 2
     assert cli.main(["bench", "--compare", str(tmp_path / "nothing"), "seed-004"]) == 2
-    assert "cannot read it" in capsys.readouterr().err
+    assert "cannot open it" in capsys.readouterr().err

@@ -136,6 +136,31 @@ def test_server_errors_are_counted_sampled_and_fail_the_step(serve: Any, command
     assert "errors" not in result.record and "itls" not in result.record
 
 
+def test_a_server_that_answers_without_tokens_fails_the_step(serve: Any, command: list[str], tokenizer: str) -> None:
+    """/generate answers 200 and streams nothing: bench_serving may count such requests as completed; a
+    step without a single output token is a failure, not a throughput of 0. (Before: ok.)"""
+    server = serve("--standin-mode", "empty")
+    result = host_bench.run_step(command, settings(server, tokenizer), host_bench.Step(2, 10), KEY)
+    assert not result.ok and result.failed_requests == 10, (result.problem, result.record)
+    assert result.problem == "no output tokens: the server answered 10 of 10 requests with nothing"
+    # bench_serving itself counted the requested length as if it had been generated.
+    assert result.record is not None and result.record["total_output_tokens"] == 10 * OUTPUT_LEN
+
+
+def test_a_redirect_to_another_server_fails_the_step_and_reaches_nothing(serve: Any, command: list[str], tokenizer: str,
+                                                                         tmp_path: Path) -> None:  # fmt: skip
+    """The server answers its generation requests with 307 to another (healthy) server: bench_serving's
+    aiohttp follows redirects, which would measure the other server under this one's name. With
+    redirects off every request fails (HTTP 307) and the other server sees no generation request.
+    (Before: the step was ok, with the other server's numbers.)"""
+    other = serve()
+    server = serve("--standin-mode", "redirect", "--standin-redirect-to", other.url)
+    result = host_bench.run_step(command, settings(server, tokenizer), host_bench.Step(1, 5), KEY)
+    assert not result.ok and result.failed_requests == 5, (result.problem, result.record)
+    assert result.problem is not None and "Temporary Redirect" in result.problem  # bench_serving's warm-up already fails
+    assert "POST /generate" not in (tmp_path / "standin-0.log").read_text()
+
+
 def test_a_hung_server_is_cut_off_at_the_step_timeout(serve: Any, command: list[str], tokenizer: str) -> None:
     server = serve("--standin-mode", "stall")
     started = time.monotonic()

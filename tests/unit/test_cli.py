@@ -201,3 +201,54 @@ def test_the_inventorys_revision_lookup_runs_from_the_projects_venv(tmp_path: Pa
         server.shutdown()
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == sha
+
+
+# --- render checks what validate checks; duplicate keys are an error -------------------------------------
+@pytest.mark.parametrize(("override", "expected"), [
+    ({"mem-fraction": 0.97}, "an abbreviation of --mem-fraction-static"),  # argparse would take it
+    ({"mеm-fraction-static": 0.9}, "mеm-fraction-static"),  # a Cyrillic е in the name
+    ({"port": 70000}, "port"),  # no server listens there
+])  # fmt: skip
+def test_render_refuses_what_validate_refuses(tmp_path: Path, override: dict, expected: str) -> None:
+    """Before: render wrote the unit and said "systemd-analyze verify: clean" for each of these."""
+    out = tmp_path / "out"
+    proc = _cli("render", "-i", str(_inventory(tmp_path, {"sglang_server_flags_override": override})), "--out", str(out))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "host glm5-01" in output and expected in output, output
+    assert "verify: clean" not in output and not (out / "glm5-01" / "sglang.service").exists()
+
+
+def test_a_key_written_twice_in_an_inventory_is_an_error(tmp_path: Path) -> None:
+    """YAML keeps the last of two equal keys without a word; before, `validate` passed on port 9000."""
+    inventory = _inventory(tmp_path)
+    (inventory / "host_vars").mkdir()
+    (inventory / "host_vars" / "glm5-01.yml").write_text("sglang_server_flags_override:\n  port: 8000\n  port: 9000\n")
+    for command in (("validate",), ("render", "--out", str(tmp_path / "out")), ("plan",)):
+        proc = _cli(*command, "-i", str(inventory))
+        output = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "duplicate mapping key 'port'" in output, (command, output)
+
+
+@pytest.mark.parametrize("key", ["with space-0123456789", "quo'te-0123456789", "tab\there-0123456789", "bäckslash\\-0123456789"])
+def test_an_api_key_sglang_would_print_escaped_is_refused_without_showing_it(tmp_path: Path, key: str) -> None:
+    """Before: such a key was written to the env file and reached sglang's log in its repr form."""
+    out = tmp_path / "out"
+    proc = _cli("render", "-i", str(_inventory(tmp_path, api_key=key)), "--out", str(out), "--no-validate")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert "host glm5-01: sglang_server_api_key holds" in output and "openssl rand -hex 32" in output, output
+    assert key not in output and "0123456789" not in output
+    assert not (out / "glm5-01" / "sglang.env").exists()
+
+
+def test_verify_takes_the_key_from_the_environment_or_a_0600_file_never_argv(tmp_path: Path) -> None:
+    """One rule with bench: --api-key is refused by name (before: verify took it, and it sat in argv)."""
+    proc = _cli("verify", "--endpoint", "http://127.0.0.1:1", "--model", "m", "--api-key", "secret-123")
+    assert proc.returncode == 2 and "--api-key is not taken" in proc.stderr and "secret-123" not in proc.stderr
+    key_file = tmp_path / "key"
+    key_file.write_text("secret-123\n")
+    key_file.chmod(0o644)
+    proc = _cli("verify", "--endpoint", "http://127.0.0.1:1", "--model", "m", "--api-key-file", str(key_file))
+    assert proc.returncode == 2 and "lets others read the key. Fix: chmod 600" in proc.stderr
+    proc = _cli("verify", "--endpoint", "http://127.0.0.1:1", "--model", "m", "--api-key-file", "/dev/zero")
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr

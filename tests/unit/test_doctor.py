@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from sglang_deploy import doctor
+from sglang_deploy import doctor, inputfiles, runner
+from sglang_deploy.commands import doctor as doctor_command
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "fixtures" / "logs"
@@ -129,3 +135,93 @@ def test_cli_reads_a_hosts_journal_through_ansible(tmp_path: Path) -> None:
     assert json.loads(done.stdout) == {"here": []}
     unreachable = run_cli("-i", str(inventory), "--host", "nobody")
     assert unreachable.returncode == 2 and "no host" in unreachable.stderr
+
+
+# --- bounded input: the journal through Ansible, the --plan file ------------------------------------------
+
+
+def _fake_journalctl(tmp_path: Path, body: str) -> dict[str, str]:
+    """An environment whose PATH finds a journalctl that runs ``body`` (sh)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "journalctl"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_the_journal_is_cut_on_the_host_just_past_the_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """journalctl -n bounds lines, not their length: head -c bounds the bytes that come back, and a
+    journalctl that fails (not the one cut off by head) still fails the command."""
+    monkeypatch.setattr(doctor_command, "LOG_MAX_BYTES", 1000)
+    argv = shlex.split(doctor_command.journal_command("sglang", 5))
+    endless = subprocess.run(argv, env=_fake_journalctl(tmp_path, "exec yes 'a long journal line'"),
+                             capture_output=True, timeout=30, check=False)
+    assert len(endless.stdout) == 1002 and endless.returncode != 0
+
+
+def test_a_failing_journalctl_fails_the_command(tmp_path: Path) -> None:
+    argv = shlex.split(doctor_command.journal_command("sglang", 5))
+    failing = subprocess.run(argv, env=_fake_journalctl(tmp_path, "echo 'No journal files' >&2; exit 1"),
+                             capture_output=True, text=True, timeout=30, check=False)
+    assert failing.returncode == 1 and "No journal files" in failing.stderr
+
+
+def test_the_journal_command_quotes_the_unit() -> None:
+    """ansible.builtin.command splits its free-form line like shlex: bash gets the script whole."""
+    bash, flag, script = shlex.split(doctor_command.journal_command("sglang@a\\x2db", 5))
+    assert (bash, flag) == ("bash", "-c")
+    assert shlex.split(script.split("|")[0])[3:7] == ["journalctl", "-u", "sglang@a\\x2db", "--no-pager"]
+
+
+@pytest.mark.parametrize(
+    ("event", "stdout", "why"),
+    [("runner_on_failed", "x" * 1002, "more than the 1,000 this reads. Fix: lower --lines"),
+     ("runner_on_ok", "x" * 1001, "more than the 1,000"),
+     ("runner_on_ok", "INFO a\0b\n", "NUL bytes"),
+     ("runner_on_failed", "", "non-zero return code")],
+)  # fmt: skip
+def test_a_journal_over_the_cap_or_not_text_is_refused(event: str, stdout: str, why: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_ansible(monkeypatch, {"event": event, "event_data": {"host": "here", "res": {"stdout": stdout, "msg": "non-zero return code"}}})
+    monkeypatch.setattr(doctor_command, "LOG_MAX_BYTES", 1000)
+    with pytest.raises(doctor_command.JournalError, match=f"here: .*{re.escape(why)}"):
+        doctor_command.journal_via_ansible("inv.yml", "sglang_servers", "sglang", 5)
+
+
+def test_a_journal_within_the_cap_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_ansible(monkeypatch, {"event": "runner_on_ok", "event_data": {"host": "here", "res": {"stdout": "x" * 1000}}})
+    monkeypatch.setattr(doctor_command, "LOG_MAX_BYTES", 1000)
+    assert doctor_command.journal_via_ansible("inv.yml", "sglang_servers", "sglang", 5) == {"here": "x" * 1000}
+
+
+def _fake_ansible(monkeypatch: pytest.MonkeyPatch, event: dict[str, Any]) -> None:
+    """ansible_runner.run delivers ``event`` for host ``here``; nothing runs."""
+
+    def run(**kwargs: Any) -> types.SimpleNamespace:
+        kwargs["event_handler"](event)
+        return types.SimpleNamespace(status="successful", rc=0)
+
+    monkeypatch.setitem(sys.modules, "ansible_runner", types.SimpleNamespace(run=run))
+    monkeypatch.setattr(runner, "serving_hosts", lambda inventories, pattern: ["here"])
+    monkeypatch.setattr(runner, "runner_kwargs", lambda artifacts, event_handler: {"event_handler": event_handler})
+
+
+def test_plan_file_is_read_bounded(tmp_path: Path) -> None:
+    with pytest.raises(doctor.PlanFileError, match="--plan /dev/zero: not a regular file"):
+        doctor.load_plan("/dev/zero")
+    with (tmp_path / "plan.json").open("wb") as handle:
+        handle.truncate(inputfiles.JSON_MAX_BYTES + 1)
+    with pytest.raises(doctor.PlanFileError, match="more than the 16,777,216 this reads"):
+        doctor.load_plan(tmp_path / "plan.json")
+    (tmp_path / "plan.json").write_text('{"recommended_mem_fraction_static": 0.9}')
+    assert doctor.load_plan(tmp_path / "plan.json") == {"recommended_mem_fraction_static": 0.9}
+
+
+def test_cli_stdin_is_bounded_and_text() -> None:
+    zero = subprocess.run(
+        [sys.executable, "-m", "sglang_deploy.cli", "doctor", "-"], stdin=open("/dev/zero", "rb"),  # noqa: SIM115
+        capture_output=True, text=True, timeout=180, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert zero.returncode == 2 and zero.stderr.strip() == "doctor: stdin: more than the 67,108,864 bytes this reads"
+    binary = run_cli("-", stdin="INFO ok\n\0\n")
+    assert binary.returncode == 2 and "binary" in binary.stderr

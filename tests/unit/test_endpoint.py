@@ -57,13 +57,15 @@ def test_base_url_rejects_a_non_numeric_port() -> None:
 @pytest.mark.parametrize(
     "url",
     ["file:///etc/passwd", "ftp://127.0.0.1/", "data:,hello", "gopher://127.0.0.1:70", "", "127.0.0.1:8000",
-     "localhost", "http://", "http://127.0.0.1:port", "http://user:pw@127.0.0.1:8000", "http://127.0.0.1/?q=1"],
+     "localhost", "http://", "http://127.0.0.1:port", "http://user:pw@127.0.0.1:8000", "http://127.0.0.1/?q=1",
+     "http://127.0.0.1:8000\n", "http://127.0.0.1:8000 x", "http://127.0.0.1:8000\t"],
 )  # fmt: skip
 def test_only_http_and_https_base_urls_are_accepted(url: str) -> None:
     with pytest.raises(ValueError) as err:
         ep.Endpoint(url)
     message = str(err.value)
-    assert repr(url) in message and "http://" in message and "\n" not in message
+    shown = url.replace("user:pw@", "<credentials>@")  # the password never reaches a message
+    assert repr(shown) in message and "http://" in message and "\n" not in message and "pw@" not in message
 
 
 @pytest.mark.parametrize(
@@ -590,8 +592,11 @@ def test_wait_ready_refuses_a_url_that_is_not_http() -> None:
 
 
 # -- sglang-deploy verify --endpoint -----------------------------------------------------------
-def _verify(url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+def _verify(url: str, *extra: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The command with the key in its environment, as a user gives it (--api-key is refused)."""
     env = {k: v for k, v in os.environ.items() if k != ep.API_KEY_ENV}
+    if key is not None:
+        env[ep.API_KEY_ENV] = key
     return subprocess.run(
         [sys.executable, "-m", "sglang_deploy.cli", "verify", "--endpoint", url, "--model", "glm-5", *extra],
         capture_output=True, text=True, timeout=300, check=False, cwd=ROOT, env=env,
@@ -600,22 +605,22 @@ def _verify(url: str, *extra: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("standin", [OK_ARGS, (*OK_ARGS, "--enable-metrics")], indirect=True)
 def test_verify_endpoint_passes_a_good_server_and_fails_a_wrong_key(standin: Standin) -> None:
-    good = _verify(standin.url, "--api-key", KEY)
+    good = _verify(standin.url, key=KEY)
     assert good.returncode == 0, good.stdout + good.stderr
     assert "7 passed" in good.stdout, good.stdout
-    bad = _verify(standin.url, "--api-key", "wrong")
+    bad = _verify(standin.url, key="wrong")
     assert bad.returncode == 1 and "401" in bad.stdout
 
 
 @pytest.mark.parametrize("standin", [(*OK_ARGS, "--standin-mode", "garble")], indirect=True)
 def test_verify_endpoint_fails_garbled_output_only_on_the_gate(standin: Standin, tmp_path: Path) -> None:
-    proc = _verify(standin.url, "--api-key", KEY)
+    proc = _verify(standin.url, key=KEY)
     assert proc.returncode == 1
     assert "FAILED" in proc.stdout and "test_correctness_gate" in proc.stdout and "1 failed, 6 passed" in proc.stdout, proc.stdout
     # --probes replaces the set: a probe the garbage matches passes.
     probes = tmp_path / "bangs.yml"
     probes.write_text("- {name: bangs, prompt: anything, expect: '^!+$', max_tokens: 64}\n")
-    assert _verify(standin.url, "--api-key", KEY, "--probes", str(probes)).returncode == 0
+    assert _verify(standin.url, "--probes", str(probes), key=KEY).returncode == 0
 
 
 def test_verify_refuses_a_bad_probes_file_before_contacting_anything(tmp_path: Path) -> None:
@@ -638,7 +643,7 @@ def test_verify_endpoint_fails_fast_when_the_server_never_answers(serve: Callabl
     """Each test would wait out its own deadline; the suite's first /health check fails them all at once."""
     silent = serve(Silent, life=300)
     start = time.monotonic()
-    proc = _verify(silent.url, "--api-key", KEY)
+    proc = _verify(silent.url, key=KEY)
     elapsed = time.monotonic() - start
     assert proc.returncode == 1
     assert "7 errors" in proc.stdout and proc.stdout.count("did not answer GET /health") >= 7, proc.stdout

@@ -353,3 +353,67 @@ def test_cubin_e_flags_layouts(abi_version: int, e_flags: int, expected: tuple[i
 def test_non_cuda_elf_is_not_a_cubin() -> None:
     with pytest.raises(fatbin.FatbinError, match="not CUDA"):
         fatbin.cubin_sm((FIXTURES / "no_cuda.so").read_bytes())
+
+
+# --- only regular files, under a cap ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "/dev/urandom", "directory"])
+def test_what_is_not_a_regular_file_is_not_opened(kind: str, tmp_path: Path) -> None:
+    path = tmp_path / "ops.so"
+    if kind == "fifo":
+        os.mkfifo(path)  # no writer: a plain open would wait forever
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path = Path(kind)
+    with pytest.raises(fatbin.UnreadableFileError, match="a directory|not a regular file"):
+        fatbin.open_regular_file(path)
+
+
+def test_a_file_over_the_cap_is_not_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "huge.so"
+    with path.open("wb") as handle:
+        handle.truncate(fatbin.MAX_OBJECT_BYTES + 1)  # sparse
+    with pytest.raises(fatbin.UnreadableFileError, match="4,294,967,297 bytes, more than the 4,294,967,296"):
+        fatbin.scan_file(path)
+    monkeypatch.setattr(fatbin, "MAX_OBJECT_BYTES", 100)
+    with pytest.raises(fatbin.UnreadableFileError, match="more than the 100 this reads"):
+        fatbin.read_entries(FIXTURES / "sm90a_sm120a.so")
+    with fatbin.open_regular_file(FIXTURES / "sm90a_sm120a.so", max_bytes=1 << 30) as handle:
+        assert handle.read(4) == fatbin.ELF_MAGIC
+
+
+def test_a_named_path_that_is_not_a_regular_file_is_an_error(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo.so")
+    result = fatbin.scan([tmp_path / "fifo.so", Path("/dev/zero"), tmp_path / "missing.so"])
+    assert result.reports == []
+    assert result.errors == [
+        f"{tmp_path / 'fifo.so'}: not a regular file (a device, pipe or socket)",
+        "/dev/zero: not a regular file (a device, pipe or socket)",
+        f"{tmp_path / 'missing.so'}: no such file or directory",
+    ]
+
+
+def test_a_walk_skips_what_is_not_a_regular_file_and_refuses_what_is_too_large(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    shutil.copy(FIXTURES / "sm90a_sm120a.so", tree / "pkg" / "ops.so")
+    os.mkfifo(tree / "pkg" / "fifo.so")
+    (tree / "pkg" / "zero.so").symlink_to("/dev/zero")
+    (tree / "dev").symlink_to("/dev", target_is_directory=True)  # not followed
+    result = fatbin.scan([tree])
+    assert result.errors == []
+    assert [r.path for r in result.reports] == [tree / "pkg" / "ops.so"]
+    monkeypatch.setattr(fatbin, "MAX_OBJECT_BYTES", 100)
+    result = fatbin.scan([tree])
+    assert result.reports == []
+    assert result.errors == [f"{tree / 'pkg' / 'ops.so'}: {(tree / 'pkg' / 'ops.so').stat().st_size:,} bytes, more than the 100 this reads"]
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_script_refuses_a_device_in_one_line(json_flag: list[str]) -> None:
+    proc = _script(*json_flag, "/dev/zero")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr == "error: /dev/zero: not a regular file (a device, pipe or socket)\n"

@@ -36,9 +36,11 @@ def test_env_file_lines():
     with pytest.raises(AnsibleFilterError, match="host h: sglang_server_secret_env"):
         plugin.sglang_env_file_lines({"BAD NAME": "k"}, host="h")
     assert set(plugin.FilterModule().filters()) == {
-        "sglang_launch", "sglang_profile_flags", "sglang_env_file_lines", "sglang_unit_settings",
-        "sglang_path_component", "sglang_redact",
+        "sglang_launch", "sglang_profile_flags", "sglang_api_key_problem", "sglang_env_file_lines",
+        "sglang_unit_settings", "sglang_path_component", "sglang_redact",
     }
+    assert plugin.sglang_api_key_problem("0123456789abcdef", "sglang_server_api_key") == ""
+    assert "sglang_server_api_key holds '\\t'" in plugin.sglang_api_key_problem("abc\tdef", "sglang_server_api_key")
     with pytest.raises(AnsibleFilterError, match=r"^host h: sglang_server_profile 'x' is not one of"):
         plugin.sglang_profile_flags({"port": 8000}, "x", {"tuned": {}}, host="h")
     assert plugin.sglang_profile_flags({"port": 8000}, "tuned", {"tuned": {"port": 9000}}) == {"port": 9000}

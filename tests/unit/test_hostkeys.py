@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 import shutil
 import struct
 import subprocess
@@ -128,6 +129,54 @@ def test_known_hosts_names_are_ssh_lookups() -> None:
     assert hostkeys.known_hosts_name("127.0.0.1", 2222) == "[127.0.0.1]:2222"
     assert hostkeys.known_hosts_name("2001:db8::5", 22) == "2001:db8::5"
     assert hostkeys.known_hosts_name("2001:db8::5", 2222) == "[2001:db8::5]:2222"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "192.0.2.10\n",
+        "glm5-01 evil.example",
+        "a,b",
+        "[192.0.2.10]:22\nx",
+        "[a b]:22",
+        "",
+        " 192.0.2.10",
+        "host\x00",
+        "*",
+    ],
+)
+def test_known_hosts_names_are_checked_whole(name: str) -> None:
+    """A name goes into known_hosts as a line's first field: a line break or a space there is another line
+    or another field, a comma another name, * a pattern."""
+    with pytest.raises(hostkeys.HostNameError, match="is not a host name or IP address"):
+        hostkeys.known_hosts_name(name, 22)
+
+
+SK_ED25519 = "sk-ssh-ed25519@openssh.com " + wire(b"sk-ssh-ed25519@openssh.com", bytes(range(32)), b"ssh:")
+SK_ECDSA = "sk-ecdsa-sha2-nistp256@openssh.com " + wire(
+    b"sk-ecdsa-sha2-nistp256@openssh.com", b"nistp256", b"\x04" + bytes(64), b"ssh:"
+)
+
+
+def test_security_key_types_are_user_keys_only() -> None:
+    """cloud-init installs a user's keys, FIDO ones included; a host key is never one of those."""
+    for line, label in ((SK_ED25519, "ED25519-SK"), (SK_ECDSA, "ECDSA-SK")):
+        key = hostkeys.parse_public_key(line + " yubikey", hostkeys.USER_KEY_TYPES)
+        assert (key.bits, key.label, key.comment) == (256, label, "yubikey")
+        with pytest.raises(hostkeys.HostKeyError, match="is not one of"):
+            hostkeys.parse_public_key(line)
+    assert hostkeys.parse_public_key(ED25519, hostkeys.USER_KEY_TYPES).type == "ssh-ed25519"
+    for bad, why in (
+        ("sk-ssh-ed25519@openssh.com " + wire(b"sk-ssh-ed25519@openssh.com", bytes(32)), "laid out otherwise"),
+        (
+            "sk-ecdsa-sha2-nistp256@openssh.com "
+            + wire(b"sk-ecdsa-sha2-nistp256@openssh.com", b"nistp384", b"\x04" + bytes(64), b"ssh:"),
+            "curve nistp256",
+        ),
+        ("sk-ssh-ed25519@openssh.com " + ED25519_DATA, "the key data inside says 'ssh-ed25519'"),
+    ):
+        with pytest.raises(hostkeys.HostKeyError, match=re.escape(why)):
+            hostkeys.parse_public_key(bad, hostkeys.USER_KEY_TYPES)
 
 
 def hashed(name: str, salt: bytes = b"0123456789abcdefghij") -> str:

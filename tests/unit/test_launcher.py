@@ -21,7 +21,7 @@ LAUNCHER = Path(sglang_launcher.__file__)
 KEY = "sk-launch-7d2e91c4"
 
 STANDIN = '''
-import json, multiprocessing, os, signal, sys, time
+import json, multiprocessing, os, signal, sys, time, urllib.parse
 
 def worker(argv):
     print(f"Global server args updated! server_args=ServerArgs(api_key={argv[-1]!r})", file=sys.stderr, flush=True)
@@ -37,6 +37,10 @@ if __name__ == "__main__":
         json.dump({"argv": sys.argv[1:], "cmdline": cmdline.decode(errors="replace"), "env": sorted(os.environ)}, out)
     print(f"server_args=ServerArgs(api_key={sys.argv[-1]!r}, port=8000)", file=sys.stderr, flush=True)
     mode = os.environ.get("MODE", "")
+    if mode == "forms":  # every other way a library prints a string
+        print(json.dumps({"api_key": sys.argv[-1]}), json.dumps({"k": sys.argv[-1]}, ensure_ascii=False), flush=True)
+        print("GET /x?key=" + urllib.parse.quote(sys.argv[-1], safe="") + "&q=" + urllib.parse.quote_plus(sys.argv[-1]), flush=True)
+        print(repr([sys.argv[-1]]), '"' + sys.argv[-1].replace(chr(92), chr(92) * 2).replace('"', chr(92) + '"') + '"', flush=True)
     if mode == "raise":
         raise RuntimeError(f"boom with {sys.argv[-1]}")
     if mode == "sigterm":
@@ -161,3 +165,18 @@ def test_masker_bounds_lines_without_newlines_and_keeps_other_text() -> None:
     assert first and len(first) <= 150_000  # written out before any newline came
     out = first + masker.feed(blob[150_000:]) + masker.flush()
     assert secret not in out and out == blob.replace(secret, MASK)
+
+
+@pytest.mark.parametrize("key", ["back\\slash-key-0123", "quo'te\"key-0123", "tab\tkey-0123", "ünïcode-key-0123", "sp ace%key-0123"])
+def test_a_key_that_sglang_prints_escaped_is_masked_in_every_form(standin: Path, key: str) -> None:
+    """sglang logs ServerArgs as a repr (backslash, quotes, tab escaped); libraries print JSON or URLs.
+    Before: only the raw bytes were masked, so the repr of a key with a backslash went out in clear."""
+    argv, env = _launch(standin, env={"SGLANG_API_KEY": key, "MODE": "forms"})
+    done = subprocess.run(argv, env=env, capture_output=True, timeout=120, check=False)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log
+    assert log.count(MASK) >= 8, log  # the ServerArgs lines, JSON twice, two URL forms, the repr, the "..." form
+    for form in sglang_launcher.secret_forms(key):
+        assert form not in log, (form, log)
+    # What is left around the masks is the program's own text, not a piece of the key.
+    assert b"key-0123" not in log

@@ -278,7 +278,7 @@ def test_compare_versions_names_every_difference() -> None:
 def _run_check(venv_python: str, lock_file: Path, *extra: str) -> tuple[int, dict[str, object]]:
     """mlenv's check as the sglang_ml_env module runs it: the venv's python, this package copied in."""
     proc = interp.run_module(
-        venv_python, "mlenv", ["check", "--lock", str(lock_file), *extra], names=["mlenv", "lockfile", "fatbin"], timeout=120
+        venv_python, "mlenv", ["check", "--lock", str(lock_file), *extra], names=list(mlenv.CHECK_MODULES), timeout=120
     )
     return proc.returncode, json.loads(proc.stdout)
 

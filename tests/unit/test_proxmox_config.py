@@ -4,7 +4,10 @@ The role end to end against fakepve is tests/unit/test_proxmox_vm_role.py."""
 
 from __future__ import annotations
 
+import base64
 import re
+import struct
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,9 @@ from conftest import ROOT
 from sglang_deploy_host import blockdev, pcidev, pve
 
 PROFILE = ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers" / "proxmox_vm.yml"
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample ci@control"
+# Made by ssh-keygen (the role checks each key whole: one line, a known type, the blob laid out as that type).
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIARYx9Qe9VCGOEWtIE8jmTZ7mSRLq/Nbc8GhlHBkDDAa ci@control"
+KEY_DATA = KEY.split()[1]
 
 
 def spec(**changes: Any) -> pve.VmSpec:
@@ -63,7 +68,7 @@ def test_the_profile_builds_the_vm_the_issue_asks_for() -> None:
         ({"weights_disk_serial": "a serial with spaces"}, "proxmox_vm_weights_disk_serial"),
         ({"gpus": []}, "proxmox_vm_gpus is empty"),
         ({"ci_ssh_keys": []}, "proxmox_vm_ci_ssh_keys is empty"),
-        ({"ci_ssh_keys": ["not a key"]}, "not public keys"),
+        ({"ci_ssh_keys": ["not a key"]}, "proxmox_vm_ci_ssh_keys[0] is not a public key"),
         ({"hugepages": "1024", "memory_mib": 786433}, "multiple of 1024"),
         ({"hugepages": "2", "numa": False}, "needs proxmox_vm_numa"),
         ({"net": "virtio=BC:24:11:00:00:01,bridge=vmbr0"}, "fixes a MAC"),
@@ -76,6 +81,134 @@ def test_the_profile_builds_the_vm_the_issue_asks_for() -> None:
 def test_definitions_that_cannot_serve_are_refused_by_name(changes: dict[str, Any], variable: str) -> None:
     with pytest.raises(pve.SpecError, match=re.escape(variable)):
         pve.check_spec(spec(**changes))
+
+
+def wire(*parts: bytes) -> str:
+    """Base64 of SSH wire strings, as a key blob is laid out."""
+    return base64.b64encode(b"".join(struct.pack(">I", len(p)) + p for p in parts)).decode()
+
+
+SK_ED25519 = "sk-ssh-ed25519@openssh.com " + wire(b"sk-ssh-ed25519@openssh.com", bytes(range(32)), b"ssh:") + " yubi"
+SK_ECDSA = "sk-ecdsa-sha2-nistp256@openssh.com " + wire(
+    b"sk-ecdsa-sha2-nistp256@openssh.com", b"nistp256", b"\x04" + bytes(range(64)), b"ssh:"
+)
+RSA_KEY = "ssh-rsa " + wire(b"ssh-rsa", b"\x01\x00\x01", b"\x00\xc5" + bytes(255)) + " ops@laptop"
+
+
+def test_values_pve_and_cloud_init_accept_pass_whole() -> None:
+    pve.check_spec(spec())
+    pve.check_spec(
+        spec(
+            ci_ssh_keys=[KEY, SK_ED25519, SK_ECDSA, RSA_KEY, f"ssh-ed25519 {KEY_DATA}"],
+            ci_nameservers=["192.0.2.53", "2001:db8::53"],
+            ci_searchdomains=["example.com", "lab.example.org."],
+            ci_ipconfig="ip=192.0.2.10/24,gw=192.0.2.1,ip6=2001:db8::10/64,gw6=2001:db8::1",
+            cpu="x86-64-v2-AES,flags=+aes;-pcid",
+            machine="pc-q35-9.0+pve1,viommu=virtio",
+            net="virtio,bridge=vmbr0,firewall=1,tag=20",
+            ci_vendor_snippet="local:snippets/sglang-deploy-vendor.cfg",
+            gpus=pve.parse_gpus(["rtx-pro-6000-0", {"host": "0000:41:00.0"}]),
+        )
+    )
+    for ipconfig in ("ip=dhcp", "ip6=auto", "ip6=dhcp", "ip=dhcp,ip6=auto", "ip=192.0.2.10/32"):
+        pve.check_spec(spec(ci_ipconfig=ipconfig))
+
+
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        # What reached the create request before: each line of a value is a new cloud-init / PVE line.
+        ({"ci_user": "root\n"}, "proxmox_vm_ci_user='root\\n' is not a user name"),
+        ({"ci_user": "root\nssh_pwauth: true"}, "proxmox_vm_ci_user="),
+        ({"ci_ssh_keys": [KEY + "\n"]}, "proxmox_vm_ci_ssh_keys[0]"),
+        (
+            {"ci_ssh_keys": [KEY + "\nssh-rsa AAAAB3NzaC1yc2E= intruder"]},
+            "proxmox_vm_ci_ssh_keys[0] holds a line break",
+        ),
+        ({"ci_ssh_keys": [KEY, "not a key at all"]}, "proxmox_vm_ci_ssh_keys[1] is not a public key: its type 'not'"),
+        ({"ci_ssh_keys": ["ssh-ed25519 not*base64"]}, "is not base64"),
+        ({"ci_ssh_keys": ["ssh-rsa " + KEY_DATA]}, "the key data inside says 'ssh-ed25519'"),
+        ({"ci_ssh_keys": ["ssh-dss " + KEY_DATA]}, "'ssh-dss' is not one of"),
+        ({"ci_ssh_keys": ['from="*" ' + KEY]}, "is not one of"),
+        ({"ci_ssh_keys": [KEY + " ci\x1b[31m"]}, "control characters"),
+        ({"ci_ssh_keys": [KEY + " ci\u2028x"]}, "proxmox_vm_ci_ssh_keys[0]"),
+        ({"ci_nameservers": ["not-an-ip; reboot"]}, "proxmox_vm_ci_nameservers[0]='not-an-ip; reboot' is not an IP"),
+        ({"ci_nameservers": ["192.0.2.53\n"]}, "proxmox_vm_ci_nameservers[0]"),
+        ({"ci_nameservers": ["192.0.2.53 192.0.2.54"]}, "proxmox_vm_ci_nameservers[0]"),
+        ({"ci_nameservers": ["fe80::1%eth0;reboot"]}, "proxmox_vm_ci_nameservers[0]"),
+        ({"ci_searchdomains": ["example.com; reboot"]}, "proxmox_vm_ci_searchdomains[0]"),
+        ({"ci_searchdomains": ["example.com\n"]}, "proxmox_vm_ci_searchdomains[0]"),
+        ({"ci_ipconfig": "ip=192.0.2.10/24,gw=not-an-ip"}, "gw='not-an-ip' is not an IPv4 address"),
+        ({"ci_ipconfig": "ip=192.0.2.10/24,gw=2001:db8::1"}, "gw='2001:db8::1' is not an IPv4 address"),
+        ({"ci_ipconfig": "ip6=2001:db8::10/64,gw6=192.0.2.1"}, "gw6='192.0.2.1' is not an IPv6 address"),
+        ({"ci_ipconfig": "ip=dhcp,gw=192.0.2.1"}, "gw= needs a static ip="),
+        ({"ci_ipconfig": "ip=192.0.2.10/24\n"}, "proxmox_vm_ci_ipconfig"),
+        ({"ci_ipconfig": "ip=192.0.2.10/24,gw=192.0.2.1\n"}, "proxmox_vm_ci_ipconfig"),
+        ({"ci_ipconfig": "ip=192.0.2.10/24,mtu=9000"}, "'mtu' is not one of ip, gw, ip6, gw6"),
+        ({"ci_ipconfig": "ip=192.0.2.10/24,ip=192.0.2.11/24"}, "ip= twice"),
+        ({"ci_ipconfig": "ip=2001:db8::10/64"}, "ip='2001:db8::10/64' is not dhcp or an IPv4 ADDRESS/PREFIX"),
+        ({"ci_ipconfig": "ip=192.0.2.10/255.255.255.0"}, "proxmox_vm_ci_ipconfig"),
+        ({"ci_ipconfig": ""}, "proxmox_vm_ci_ipconfig"),
+        ({"name": "glm5-01\n"}, "proxmox_vm_name='glm5-01\\n' is not a DNS name"),
+        ({"name": "glm5-"}, "proxmox_vm_name"),
+        ({"storage": "local-lvm\n"}, "proxmox_vm_storage='local-lvm\\n' is not a PVE storage id"),
+        ({"ci_storage": "local-lvm\n"}, "proxmox_vm_ci_storage"),
+        ({"weights_disk_serial": "sglang-weights\n"}, "proxmox_vm_weights_disk_serial='sglang-weights\\n'"),
+        ({"weights_disk_slot": "scsi1\n"}, "proxmox_vm_weights_disk_slot"),
+        ({"image": "local:import/debian.qcow2\n"}, "proxmox_vm_image="),
+        ({"image": "local:import/a b.qcow2"}, "proxmox_vm_image="),
+        ({"ci_vendor_snippet": "local:snippets/v.cfg\n"}, "proxmox_vm_ci_vendor_snippet"),
+        ({"cpu": "host\n"}, "proxmox_vm_cpu"),
+        ({"cpu": "host,flags=+aes reboot"}, "proxmox_vm_cpu"),
+        ({"cpu": "host,args=-foo"}, "proxmox_vm_cpu"),
+        ({"machine": "q35\n"}, "proxmox_vm_machine"),
+        ({"machine": "q35,foo=bar"}, "proxmox_vm_machine"),
+        ({"net": "virtio,bridge=vmbr0\n"}, "proxmox_vm_net"),
+        ({"net": "virtio,bridge=vmbr0,queues=4 8"}, "proxmox_vm_net"),
+        ({"tags": ["sglang-deploy", "a;b"]}, "the VM's tags"),
+        ({"gpudirect_clique": True, "gpudirect_clique_id": 16}, "proxmox_vm_gpudirect_clique_id=16"),
+        # Wrong types (the role passes the inventory's values through): named, never a crash.
+        ({"name": 4101}, "proxmox_vm_name=4101 (type int) is not a string"),
+        ({"ci_ssh_keys": KEY}, "(type str) is not a list"),
+        ({"ci_nameservers": [53]}, "proxmox_vm_ci_nameservers[0]=53 (type int) is not a string"),
+        ({"cores": "32"}, "proxmox_vm_cores='32' (type str) is not an integer"),
+        ({"numa": "yes"}, "proxmox_vm_numa='yes' (type str) is not true or false"),
+        ({"vmid": True}, "proxmox_vm_vmid=True (type bool) is not an integer"),
+    ],
+)
+def test_values_that_leave_for_pve_are_checked_whole(changes: dict[str, Any], expected: str) -> None:
+    with pytest.raises(pve.SpecError) as refused:
+        pve.check_spec(spec(**changes))
+    message = str(refused.value)
+    assert expected in message, message
+    assert "Fix:" in message and "\n" not in message, message
+
+
+def test_gpu_names_and_addresses_are_checked_whole() -> None:
+    for bad, why in (
+        (["rtx-pro-6000-0\n"], "proxmox_vm_gpus[0]: 'rtx-pro-6000-0\\n' is not a PVE mapping name"),
+        ([{"mapping": "a/../b"}], "proxmox_vm_gpus[0]"),
+        ([{"host": "0000:41:00.0\n"}], "proxmox_vm_gpus[0]: '0000:41:00.0\\n' is not a PCI address"),
+        ("rtx-pro-6000-0", "proxmox_vm_gpus='rtx-pro-6000-0' (type str) is not a list"),
+    ):
+        with pytest.raises(pve.SpecError) as refused:
+            pve.parse_gpus(bad)
+        assert why in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_the_node_name_and_the_image_url_are_checked_whole() -> None:
+    assert pve.node_problem("pve1") == "" and pve.image_url_problem("") == ""
+    assert pve.image_url_problem("https://cloud.debian.org/images/cloud/bookworm/latest/d.qcow2") == ""
+    for node in ("pve1\n", "pve 1", "../pve1", "", 7):
+        assert "proxmox_vm_node_name=" in pve.node_problem(node), node
+    for url in (
+        "https://cloud.example/d.qcow2\n",
+        "http://cloud.example/d.qcow2",
+        "https:///d.qcow2",
+        "https://cloud.example/a b.qcow2",
+        ["https://x"],
+    ):
+        assert "proxmox_vm_image_url=" in pve.image_url_problem(url), url
 
 
 def test_gpus_accept_names_mappings_and_raw_addresses_only() -> None:
@@ -125,7 +258,7 @@ def test_equal_settings_in_the_forms_pve_writes_them_are_not_changes() -> None:
         "tags": "sglang-deploy",
         "ciupgrade": 0,
         "onboot": "true",
-        "sshkeys": "ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIExample%20ci%40control%0A",
+        "sshkeys": urllib.parse.quote(KEY + "\n", safe=""),
         "net0": "virtio=BC:24:11:4D:11:C2,bridge=vmbr0",
         "digest": "0" * 40,
         "smbios1": "uuid=1",

@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
+from sglang_deploy_host import blockdev
+
 SERIAL = "sglang-weights"
 LINK = f"scsi-0QEMU_QEMU_HARDDISK_{SERIAL}"
 MIB = 1024 * 1024
@@ -238,3 +240,44 @@ def test_a_loop_device_is_mounted_by_uuid_and_survives_a_rebuild(tmp_path: Path,
     finally:
         subprocess.run(["umount", str(mount_point)], capture_output=True, check=False)
         subprocess.run(["losetup", "-d", device], capture_output=True, check=False)
+
+
+@pytest.mark.parametrize(
+    "variables",
+    [
+        {"weights_disk_serial": SERIAL + "\n"},
+        {"weights_disk_serial": "../" + SERIAL},
+        {"weights_disk_serial": "", "weights_disk_wwn": "0x5000c500a1b2c3d4\n"},
+    ],
+    ids=["serial-lf", "serial-slash", "wwn-lf"],
+)
+def test_a_serial_or_wwn_is_checked_whole_before_any_lookup(
+    tmp_path: Path, disk: Path, variables: dict[str, str]
+) -> None:
+    """The serial is PVE's serial= of the disk and part of a by-id name: a line break or a slash is never in a
+    disk's serial (re.match(...$) took "x\n", and the link below was found and formatted)."""
+    (tmp_path / "by-id" / f"{LINK}\n").symlink_to(disk)
+    rc, results, output = run_role(tmp_path, **variables)
+    assert rc != 0
+    assert FIND not in results, "the module looked for the disk"
+    message = results["Check the weights disk's serial and WWN"]["msg"]
+    assert "weights_disk_serial=" in message and "is not" in message and "Fix:" in message, message
+    assert "\n" not in message, message
+    assert blkid(disk) == {}, "the disk was touched"
+
+
+@pytest.mark.parametrize(
+    ("serial", "wwn", "expected"),
+    [
+        (SERIAL + "\n", "", "weights_disk_serial='sglang-weights\\n' is not a disk serial"),
+        ("../" + SERIAL, "", "weights_disk_serial='../sglang-weights' is not a disk serial"),
+        ("", "0x5000c500a1b2c3d4\n", "weights_disk_wwn='0x5000c500a1b2c3d4\\n' is not a WWN"),
+    ],
+)
+def test_blockdev_finds_by_whole_serials_only(tmp_path: Path, serial: str, wwn: str, expected: str) -> None:
+    (tmp_path / "disk").write_bytes(b"")
+    (tmp_path / f"scsi-0QEMU_QEMU_HARDDISK_{SERIAL}\n").symlink_to(tmp_path / "disk")
+    (tmp_path / "wwn-0x5000c500a1b2c3d4\n").symlink_to(tmp_path / "disk")
+    with pytest.raises(blockdev.DiskError) as refused:
+        blockdev.find(serial, wwn, str(tmp_path))
+    assert expected in str(refused.value)

@@ -51,3 +51,15 @@ def test_every_default_has_a_comment(role: Path):
 
 def test_there_are_roles():
     assert ROLES, "no roles found"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=[r.name for r in ROLES])
+def test_no_secret_has_a_templated_default(role: Path):
+    """A failed argument-spec check prints every option's default, evaluated: a secret whose default reads
+    vault or the environment would be printed in clear (issue 22: the Proxmox token, the HF token).
+    Secrets default to "" and the role resolves them in vars/."""
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    for entry, spec in specs.items():
+        for name, option in (spec.get("options") or {}).items():
+            if option.get("no_log"):
+                assert "{{" not in str(option.get("default", "")), f"{entry}: {name} is no_log with a templated default"

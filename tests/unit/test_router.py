@@ -209,3 +209,13 @@ def test_worker_url_reads_the_port_of_the_hosts_launch_profile():
     assert router.worker_url("w1", host) == "http://10.0.0.1:8100"
     assert router.worker_url("w1", {**host, "sglang_server_flags_override": {"port": 9000}}) == "http://10.0.0.1:9000"
     assert router.worker_url("w1", {**host, "sglang_server_profile": ""}) == "http://10.0.0.1:8000"
+
+
+@pytest.mark.parametrize("url", ["http://user:pass@10.0.0.1:8000", "http://10.0.0.1:8000\n", "http://10.0.0.1:8000 x", "ftp://10.0.0.1"])
+def test_a_worker_url_with_credentials_or_control_characters_never_reaches_execstart(url):
+    """Before: credentials in sglang_router_worker_url(s) landed in the router unit's ExecStart=."""
+    with pytest.raises(router.RouterConfigError) as err:
+        router.worker_url("w1", {"sglang_router_worker_url": url})
+    assert "pass" not in str(err.value)
+    with pytest.raises(router.RouterConfigError, match="sglang_router_worker_urls"):
+        router.exec_args(_settings(worker_urls=[url]))

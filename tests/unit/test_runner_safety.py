@@ -3,9 +3,13 @@ secrets kept out of the artifacts. Real ansible-playbook through ansible-runner,
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -138,3 +142,102 @@ def test_the_console_script_runs_ansible_without_an_activated_venv(tmp_path: Pat
     output = done.stdout + done.stderr
     assert done.returncode in (0, 1), output  # 0: nothing found, 1: a finding; never "no host matched"
     assert "== probe-01" in output
+
+
+# --- a signal to the CLI stops its Ansible run (issue 22) ---------------------------------------------
+
+# In the environment of the CLI, so of everything its run starts: how /proc tells this test's processes.
+RUN_MARKER = "SGLANG_DEPLOY_TEST_RUN"
+TASK = "Sleep for the interrupt test"
+# The interrupted CLI must be gone within this many seconds (its own bound: 30 s, then SIGKILL).
+EXIT_BOUND_S = 60
+
+SLEEPING_PLAYBOOK = """
+- name: Sleep on every serving host
+  hosts: sglang_servers
+  gather_facts: false
+  tasks:
+    - name: {task}
+      {action}
+"""
+# A task that ignores the forwarded signal, as a wedged module would: only the kill of its group stops it.
+SLEEP = "ansible.builtin.command: sleep 301"
+DEAF_SLEEP = "ansible.builtin.shell: trap '' INT TERM HUP; sleep 302"
+
+
+def _sleeping_project(tmp_path: Path, action: str) -> Path:
+    """A project (SGLANG_DEPLOY_PROJECT) whose every playbook sleeps on the hosts: what the commands run."""
+    project = tmp_path / "project"
+    (project / "roles").mkdir(parents=True)
+    (project / "playbooks").mkdir()
+    (project / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\ninterpreter_python = auto_silent\n")
+    for playbook in ("site.yml", "playbooks/render.yml", "playbooks/bench.yml", "playbooks/validate.yml"):
+        (project / playbook).write_text(SLEEPING_PLAYBOOK.format(task=TASK, action=action))
+    return project
+
+
+def _processes_of(marker: str) -> list[str]:
+    """The live processes (zombies read as an empty environment) started with RUN_MARKER=marker."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            if f"{RUN_MARKER}={marker}".encode() in environ:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                found.append(f"{entry.name}: {cmdline}")
+        except (OSError, ValueError):
+            continue  # not a process, gone, or not ours
+    return found
+
+
+def _wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not (found := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)
+    return found
+
+
+@pytest.mark.parametrize(
+    "argv, signum, action",
+    [
+        (["render", "--out", "out"], signal.SIGTERM, SLEEP),
+        (["rebuild", "-l", "probe-01", "--yes"], signal.SIGINT, SLEEP),
+        (["bench", "--out", "out"], signal.SIGTERM, DEAF_SLEEP),
+        (["validate"], signal.SIGINT, DEAF_SLEEP),
+    ],
+    ids=["render-SIGTERM", "rebuild-SIGINT", "bench-SIGTERM-deaf-task", "validate-SIGINT-deaf-task"],
+)
+def test_a_signal_to_the_cli_stops_its_ansible_run(
+    tmp_path: Path, argv: list[str], signum: signal.Signals, action: str
+) -> None:
+    """`kill` (or Ctrl-C) of the CLI mid-run: the run's ansible-playbook, its workers and the task's own
+    processes are gone when the CLI exits, within the bound, with 128 + the signal and one line."""
+    marker = uuid.uuid4().hex
+    env = {**os.environ, "SGLANG_DEPLOY_PROJECT": str(_sleeping_project(tmp_path, action)), RUN_MARKER: marker}
+    command = [sys.executable, "-m", "sglang_deploy.cli", argv[0], "-i", str(_local_inventory(tmp_path)), *argv[1:]]
+    # A session of its own: the signal reaches the CLI alone, as `kill PID` does.
+    cli = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: [p for p in _processes_of(marker) if ": sleep 30" in p], 120, "the task's sleep")
+        os.kill(cli.pid, signum)
+        out, err = cli.communicate(timeout=EXIT_BOUND_S)
+        assert cli.returncode == 128 + signum, out + err
+        line = err.strip().splitlines()[-1]
+        assert line.startswith(f"sglang-deploy {argv[0]}: interrupted by {signum.name} at [probe-01] {TASK}"), err
+        artifacts = Path(line.rsplit("artifacts: ", 1)[1].split()[0].rstrip(";."))
+        assert (artifacts / "job_events").is_dir(), line
+        deadline = time.monotonic() + 5  # a SIGKILL sent just before the CLI's exit takes effect at once, not in no time
+        while (left := _processes_of(marker)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, f"still running after the CLI exited: {left}"
+    finally:
+        cli.kill()
+        cli.communicate()
+        for process in _processes_of(marker):  # what a failing run left: this test's own processes only
+            with contextlib.suppress(OSError):
+                os.kill(int(process.split(":")[0]), signal.SIGKILL)

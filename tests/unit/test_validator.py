@@ -10,6 +10,7 @@ has torch 2.13.0+cpu in /opt/wheels), else PyPI's build.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from sglang_deploy.validator import (
     problems_from_answer,
     split_segments,
     validate_flags,
+    validator_dir,
 )
 
 ATTENTION = Option(("--attention-backend",), ("fa3", "flashinfer", "triton"))
@@ -410,9 +412,10 @@ def test_a_failed_build_leaves_nothing_behind(
         "pip failed (exit 1): ERROR: Invalid requirement: 'torch['"
     )
     assert fix.startswith(f"Fix: correct {ENV_TORCH} / {ENV_TORCH_INDEX}, or unset both")
-    assert [p.name for p in (tmp_path / "validators").iterdir()] == [
-        f"sglang-0.5.10.post1-py{sys.version_info[0]}.{sys.version_info[1]}.lock"
-    ]
+    # A forced torch has a venv of its own (validator_dir): only its lock is left.
+    forced = validator_dir(build_spec(cu128, os.environ), tmp_path)
+    assert forced.name.startswith(f"sglang-0.5.10.post1-py{sys.version_info[0]}.{sys.version_info[1]}-torch-")
+    assert [p.name for p in (tmp_path / "validators").iterdir()] == [f"{forced.name}.lock"]
 
 
 # --- the real parsers (slow: the cached validator venvs) ------------------------------------------------

@@ -8,7 +8,12 @@ exit status). ``sglang_deploy.cli.COMMAND_MODULES`` lists the modules, in help o
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
+
+from sglang_deploy_host import endpoint
+from sglang_deploy import inputfiles
 
 DEFAULT_INVENTORY_HELP = "inventory path (repeatable); default: the project's inventory/proxmox"
 
@@ -24,3 +29,46 @@ def usage_error(command: str, message: str) -> int:
     its input before running anything."""
     print(f"sglang-deploy {command}: {message}", file=sys.stderr)
     return 2
+
+
+# --- the API key of a command that talks to a server ----------------------------------------------------
+# A key file holds one line; anything larger is not a key file.
+API_KEY_FILE_MAX_BYTES = 4096
+
+
+def add_api_key_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--api-key-file`` (a 0600 file), and ``--api-key`` refused by name: one rule for every command,
+    the key comes from the environment or a file, never from a command line."""
+    parser.add_argument("--api-key-file", help=f"file holding the API key, mode 0600 (default: ${endpoint.API_KEY_ENV})")
+    # Refused (api_key_from): a key typed here is in this process's world-readable argv already.
+    parser.add_argument("--api-key", help=argparse.SUPPRESS)
+
+
+class ApiKeyError(ValueError):
+    """A key the command does not take: the message says where it should come from."""
+
+
+def api_key_from(args: argparse.Namespace) -> str:
+    """The key: ``--api-key-file`` (a regular 0600 file, owned by this user) or ``$SGLANG_API_KEY``;
+    ``--api-key`` is refused (every local user can read /proc/PID/cmdline)."""
+    if getattr(args, "api_key", None) is not None:
+        raise ApiKeyError(
+            "--api-key is not taken: on a command line the key is readable by every user of this machine "
+            f"(/proc/PID/cmdline). Fix: export {endpoint.API_KEY_ENV} or pass --api-key-file FILE (0600)"
+        )
+    path = getattr(args, "api_key_file", None)
+    if path is None:
+        return os.environ.get(endpoint.API_KEY_ENV, "").strip()
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        raise ApiKeyError(f"--api-key-file {path}: cannot read it ({err.strerror})") from None
+    if stat.S_ISREG(mode) and mode & 0o077:
+        raise ApiKeyError(f"--api-key-file {path}: mode {stat.S_IMODE(mode):04o} lets others read the key. Fix: chmod 600 {path}")
+    try:
+        key = inputfiles.read_text(path, "--api-key-file", API_KEY_FILE_MAX_BYTES).strip()
+    except inputfiles.InputFileError as err:
+        raise ApiKeyError(str(err)) from None
+    if "\n" in key:
+        raise ApiKeyError(f"--api-key-file {path}: more than one line; the file holds the key alone")
+    return key

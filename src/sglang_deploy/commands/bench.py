@@ -21,7 +21,6 @@ Results: artifacts/bench/<host>/<UTC time>/ (results.jsonl, sweep.json, report.m
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -35,7 +34,7 @@ from rich.table import Table
 from sglang_deploy_host import bench as host_bench
 from sglang_deploy_host import endpoint
 from sglang_deploy import __version__, bench, runner
-from sglang_deploy.commands import add_inventory_args, usage_error
+from sglang_deploy.commands import ApiKeyError, add_api_key_args, add_inventory_args, api_key_from, usage_error
 from sglang_deploy.lanes import DEFAULT_LANE, LaneError, load_lane
 from sglang_deploy.validator import ValidatorError
 
@@ -66,9 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="the model's tokenizer directory (required with --endpoint; with -i a path on the host, "
         "default the server's tokenizer-path or model directory)",
     )
-    where.add_argument("--api-key-file", help=f"file holding the API key (default: ${endpoint.API_KEY_ENV})")
-    # Refused by name (see run): a key typed here is in this process's world-readable argv already.
-    where.add_argument("--api-key", help=argparse.SUPPRESS)
+    add_api_key_args(where)
     where.add_argument("--lane", default=DEFAULT_LANE, help=f"whose pinned bench_serving runs (default {DEFAULT_LANE})")
     sweep = parser.add_argument_group("the sweep")
     sweep.add_argument(
@@ -118,11 +115,10 @@ def _concurrencies(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.api_key is not None:
-        return usage_error("bench", 
-            "--api-key is not taken: on a command line the key is readable by every user of this machine "
-            f"(/proc/PID/cmdline). Fix: export {endpoint.API_KEY_ENV} or pass --api-key-file FILE (0600)"
-        )
+    try:
+        args.resolved_api_key = api_key_from(args)
+    except ApiKeyError as err:
+        return usage_error("bench", str(err))
     if not (0 < args.threshold < 1):
         return usage_error("bench", f"--threshold {args.threshold} must be between 0 and 1 (0.10 = 10% slower is a regression)")
     out = Path(args.out).resolve() if args.out else runner.project_dir() / "artifacts" / "bench"
@@ -161,15 +157,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 # --- --endpoint -----------------------------------------------------------------------------------
-def _api_key(path: str | None) -> str:
-    if path is None:
-        return os.environ.get(endpoint.API_KEY_ENV, "")
-    try:
-        return Path(path).read_text(encoding="utf-8").strip()
-    except OSError as err:
-        raise bench.BenchInputError(f"--api-key-file {path}: cannot read it ({err.strerror})") from None
-
-
 def _server_info(url: str, api_key: str) -> dict[str, Any]:
     """The server's /server_info (sglang: every launch argument), {} when it does not answer one."""
     try:
@@ -185,7 +172,7 @@ def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench.Baseline |
         return usage_error("bench", "--endpoint needs --model NAME (the served name) and --tokenizer PATH (the model's tokenizer directory)")
     try:
         endpoint.check_url(args.endpoint)
-        api_key = _api_key(args.api_key_file)
+        api_key = args.resolved_api_key
         lane = load_lane(args.lane)
     except (ValueError, LaneError) as err:
         return usage_error("bench", str(err))

@@ -11,14 +11,18 @@ import argparse
 import json
 import sys
 import re
+import shlex
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sglang_deploy import doctor
+from sglang_deploy import doctor, inputfiles
 
 DEFAULT_JOURNAL_LINES = 5000
+# journalctl -n bounds the lines, not their length: what comes back is capped like a log file too.
+MAX_JOURNAL_LINES = 100_000
+LOG_MAX_BYTES = inputfiles.DEFAULT_MAX_BYTES
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@\\-]+")
 
 
@@ -33,7 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("-i", "--inventory", help="read the unit's journal on this inventory's hosts")
     p.add_argument("--host", help="host or pattern (default: sglang_servers)")
     p.add_argument("--unit", default="sglang", help="systemd unit (default: sglang)")
-    p.add_argument("--lines", type=int, default=DEFAULT_JOURNAL_LINES, help="journal lines to read")
+    p.add_argument("--lines", type=int, default=DEFAULT_JOURNAL_LINES,
+                   help=f"journal lines to read (1 to {MAX_JOURNAL_LINES:,}; default {DEFAULT_JOURNAL_LINES})")
     p.add_argument("--plan", help="`sglang-deploy plan --json` output, to fill planner values")
     p.add_argument("--json", action="store_true", help="print findings as a JSON list")
     p.set_defaults(func=cmd_doctor)
@@ -50,6 +55,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if not _UNIT_NAME.fullmatch(args.unit):
         print(f"doctor: --unit {args.unit!r} is not a systemd unit name", file=sys.stderr)
         return 2
+    if args.inventory and not 1 <= args.lines <= MAX_JOURNAL_LINES:
+        print(f"doctor: --lines {args.lines}: want 1 to {MAX_JOURNAL_LINES:,} journal lines", file=sys.stderr)
+        return 2
     plan: dict[str, Any] | None = None
     try:
         if args.plan:
@@ -58,10 +66,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             logs = journal_via_ansible(args.inventory, args.host or "sglang_servers", args.unit,
                                        args.lines)
         elif args.log == "-":
-            logs = {"stdin": sys.stdin.read()}
+            logs = {"stdin": inputfiles.read_stream_text(sys.stdin.buffer, "stdin", LOG_MAX_BYTES)}
         else:
-            logs = {args.log: Path(args.log).read_text(errors="replace")}
-    except (OSError, doctor.PlanFileError, JournalError) as err:
+            logs = {args.log: inputfiles.read_text(args.log, "log", LOG_MAX_BYTES)}
+    except (OSError, doctor.PlanFileError, JournalError, inputfiles.InputFileError) as err:
         print(f"doctor: {err}", file=sys.stderr)
         return 2
     results = {
@@ -103,9 +111,18 @@ def journal_via_ansible(inventory: str, pattern: str, unit: str, lines: int) -> 
         data = event.get("event_data") or {}
         host = data.get("host")
         result = data.get("res") or {}
-        if event.get("event") == "runner_on_ok" and host:
-            outputs[host] = str(result.get("stdout", ""))
-        elif event.get("event") in ("runner_on_failed", "runner_on_unreachable") and host:
+        kind = event.get("event")
+        if kind in ("runner_on_ok", "runner_on_failed") and host:
+            text = str(result.get("stdout", ""))
+            # First: cut at the cap, journalctl loses its pipe and the command fails (pipefail).
+            problem = _journal_problem(text)
+            if problem:
+                failures.append(f"{host}: {problem}")
+            elif kind == "runner_on_ok":
+                outputs[host] = text
+            else:
+                failures.append(f"{host}: {result.get('msg') or result.get('stderr') or result}")
+        elif kind == "runner_on_unreachable" and host:
             failures.append(f"{host}: {result.get('msg') or result.get('stderr') or result}")
         return False  # no need to keep the events on disk
 
@@ -115,13 +132,35 @@ def journal_via_ansible(inventory: str, pattern: str, unit: str, lines: int) -> 
             inventory=str(Path(inventory).resolve()),
             host_pattern=pattern,
             module="ansible.builtin.command",
-            module_args=f"journalctl -u {unit} --no-pager -o cat -n {int(lines)}",
+            module_args=journal_command(unit, lines),
         )
     if failures:
-        raise JournalError("could not read the journal: " + "; ".join(failures))
+        raise JournalError("could not read the journal: " + "; ".join(" ".join(f.split()) for f in failures))
     missing = sorted(set(hosts) - set(outputs))
     if missing:
         raise JournalError(
             f"Ansible ({run.status}, exit {run.rc}) returned no journal for {', '.join(missing)}"
         )
     return outputs
+
+
+def journal_command(unit: str, lines: int) -> str:
+    """The command that prints the journal's last ``lines`` on a host, cut there (``head -c``) just past
+    LOG_MAX_BYTES, so that long lines cannot send more back (2 bytes past: Ansible strips one trailing
+    newline, and a cut journal must still read as over the cap); pipefail keeps journalctl's own
+    failure the command's."""
+    script = (
+        f"set -o pipefail; journalctl -u {shlex.quote(unit)} --no-pager -o cat -n {int(lines)} "
+        f"| head -c {LOG_MAX_BYTES + 2}"
+    )
+    return shlex.join(["bash", "-c", script])
+
+
+def _journal_problem(text: str) -> str | None:
+    """Why a host's journal text is not used as a log: over the log cap, or not text."""
+    size = len(text.encode("utf-8", "replace"))
+    if size > LOG_MAX_BYTES:
+        return f"{size:,} bytes of journal, more than the {LOG_MAX_BYTES:,} this reads. Fix: lower --lines"
+    if "\0" in text:
+        return "the journal holds NUL bytes (binary), not text"
+    return None

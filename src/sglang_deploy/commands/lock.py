@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sglang_deploy import inputfiles
 from sglang_deploy.lanes import lane_names, load_lane
 from sglang_deploy.lock import LockError, LockTarget, check_lock, targets, write_lock
 
@@ -45,4 +46,7 @@ def run(args: argparse.Namespace) -> int:
     except LockError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except inputfiles.InputFileError as err:  # a lock path that holds no lock file: bad input
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 1 if failed else 0

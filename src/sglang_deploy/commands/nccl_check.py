@@ -8,14 +8,34 @@ that interpreter's path.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import sglang_deploy_host
+from sglang_deploy import inputfiles
+from sglang_deploy_host import nccl_check as host_check
 
 DEFAULT_PYTHON = "/opt/sglang-deploy/ml-env/bin/python3"
+ENV_FILE_MAX_BYTES = host_check.ENV_FILE_MAX_BYTES
+
+
+def _check_env_file(check_args: list[str]) -> None:
+    """Refuse an --env-from-file that is not a regular text file under ENV_FILE_MAX_BYTES before the
+    check's interpreter starts. The check's own parser finds the option, however it is spelled
+    (``--env-from-file=F``, an abbreviation); arguments it refuses are left to the check to report."""
+    parser = host_check.build_parser()
+    parser.exit_on_error = False
+    try:  # quietly: the check prints its own usage errors and --help
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            known, _ = parser.parse_known_args(check_args)
+    except (argparse.ArgumentError, SystemExit):
+        return
+    if known.env_from_file:
+        inputfiles.read_text(known.env_from_file, "--env-from-file", ENV_FILE_MAX_BYTES)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -26,6 +46,11 @@ def _run(args: argparse.Namespace) -> int:
     check_args = list(args.check_args)
     if check_args[:1] == ["--"]:
         check_args = check_args[1:]
+    try:
+        _check_env_file(check_args)
+    except inputfiles.InputFileError as err:
+        print(f"nccl-check: {err}", file=sys.stderr)
+        return 2
     package_root = str(Path(sglang_deploy_host.__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": package_root}
     cmd = [str(python), "-m", "sglang_deploy_host.nccl_check", *check_args]

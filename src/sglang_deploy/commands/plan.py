@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sglang_deploy import architectures, planner, runner
+from sglang_deploy import architectures, inputfiles, planner, runner
 from sglang_deploy.lanes import DEFAULT_LANE, LaneError, load_lane
 from sglang_deploy.launch import LaunchConfig, LaunchConfigError
 
@@ -149,7 +149,9 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
         config = _read_json(args.model_config, "--model-config")
         beside = Path(args.model_config).with_name("hf_quant_config.json")
         quant_path = Path(args.hf_quant_config) if args.hf_quant_config else beside
-        if quant_path.is_file():  # its kv_cache_quant_algo decides what `auto` means
+        # Its kv_cache_quant_algo decides what `auto` means. Named, it must be there; beside config.json,
+        # whatever is there is read (a FIFO or a directory of that name is refused, not skipped).
+        if args.hf_quant_config or inputfiles.exists(quant_path):
             config = {**config, "quantization_config": _read_json(str(quant_path), "--hf-quant-config")}
     elif architecture:
         try:
@@ -193,12 +195,18 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
     return planner.PlanInputs(**values), notes
 
 
+# A model.safetensors.index.json names every tensor: a large MoE checkpoint with per-expert quantization scales
+# lists hundreds of thousands (tens of MB), past inputfiles' JSON default; configs and GPU facts are kilobytes.
+JSON_MAX_BYTES = {"--safetensors-index": 64 << 20}
+
+
 def _read_json(path: str, option: str) -> dict[str, Any]:
-    """A JSON object from ``path``; anything else is a PlanError naming the option (exit 2)."""
+    """A JSON object from ``path`` (a regular file, under the option's cap, UTF-8); anything else is a
+    PlanError naming the option (exit 2)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise planner.PlanError(f"{option} {path}: cannot read it as JSON ({err})") from None
+        data = inputfiles.read_json(path, option, JSON_MAX_BYTES.get(option, inputfiles.JSON_MAX_BYTES))
+    except inputfiles.InputFileError as err:
+        raise planner.PlanError(str(err)) from None
     if not isinstance(data, dict):
         raise planner.PlanError(f"{option} {path}: want a JSON object, found {type(data).__name__}")
     return data

@@ -70,8 +70,8 @@ def _confirmed(hosts: list[str], playbook: str) -> bool:
     )
     print(f"Type {CONFIRM_WORD!r} to continue: ", end="", file=sys.stderr, flush=True)
     try:
-        answer = sys.stdin.readline()
-    except (OSError, KeyboardInterrupt):
+        answer = sys.stdin.readline(256)  # the word and a newline; /dev/zero on stdin is no answer
+    except (OSError, KeyboardInterrupt, UnicodeDecodeError):
         return False
     if not answer:
         print("\n(no answer: stdin is closed; pass --yes to run without asking)", file=sys.stderr)

@@ -3,11 +3,12 @@ request.
 
   sglang-deploy rollout -i INVENTORY [-l HOSTS] [--serial N] [--drain-timeout S] [--artifacts DIR]
 
-Runs playbooks/rolling.yml: SERIAL workers at a time (default 1), max_fail_percentage 0. Each worker is
-taken out of every router of sglang_routers (the router's worker API), drained until its in-flight
-requests reach 0, restarted, gated on /health_generate, checked with the correctness probes, put back
-and waited for until every router lists it healthy. The first failure stops the rollout; the workers
-not yet touched keep serving. Then the Prometheus file_sd targets file is rewritten (when configured).
+Runs playbooks/rolling.yml: SERIAL workers at a time (default 1; at most workers - 1, so one always
+serves), max_fail_percentage 0. Each worker is taken out of every router of sglang_routers (the router's
+worker API), drained until its in-flight requests reach 0, restarted, gated on /health_generate, checked
+with the correctness probes, put back and waited for until every router lists it healthy. The first
+failure stops the rollout; the workers not yet touched keep serving. Then the Prometheus file_sd targets
+file is rewritten (when configured).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("-i", "--inventory", action="append", required=True, help="inventory path (repeatable)")
     parser.add_argument("-l", "--limit", help="roll only these workers (Ansible pattern); the routers are always used")
-    parser.add_argument("--serial", type=_positive_int, default=1, help="workers restarted at a time (default 1)")
+    parser.add_argument("--serial", type=_positive_int, default=1, help="workers restarted at a time (default 1; at most workers - 1)")
     parser.add_argument(
         "--drain-timeout", type=_positive_int, help="seconds to wait for a worker's in-flight requests to reach 0 (default 300)"
     )
@@ -60,8 +61,20 @@ def run(args: argparse.Namespace) -> int:
             f"no hosts in {ROUTER_GROUP} in {', '.join(inventories)}: a rolling restart without a router would drop "
             "requests. Fix: list the router host(s) under sglang_routers (see inventory/multi_host)",
         )
-    if len(serving_hosts(inventories)) < 2:
+    every = serving_hosts(inventories)
+    if len(every) < 2:
         return usage_error("rollout", "fewer than 2 workers: a rolling restart would stop serving (nothing was changed)")
+    # A batch of `serial` rolled workers leaves the routers together; the workers -l leaves out keep
+    # serving. The run's limit adds the routers, so a router that is also a worker rolls too.
+    rolling = set(workers) | (set(routers) & set(every)) if args.limit else set(every)
+    staying = len(every) - len(rolling)
+    if min(args.serial, len(rolling)) >= len(every):
+        return usage_error(
+            "rollout",
+            f"--serial {args.serial} would take all {len(every)} workers out of the routers at once "
+            f"({len(rolling)} rolling, {staying} staying in service) and stop serving; the largest allowed serial "
+            f"is {len(every) - 1} (workers - 1). Fix: --serial {len(every) - 1} or less (nothing was changed)",
+        )
     extravars: dict[str, object] = {"sglang_rolling_serial": args.serial}
     if args.drain_timeout is not None:
         extravars["sglang_rolling_drain_timeout"] = args.drain_timeout

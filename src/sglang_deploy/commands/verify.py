@@ -4,10 +4,10 @@ against any URL. Exit status 0 only when every test passed.
   sglang-deploy verify -i INVENTORY [-l LIMIT] [--probes FILE]
       playbooks/verify.yml: per serving host, tests/infra/test_sglang_unit.py, test_gpu.py and, when
       the host's sglang_server_state is started, test_service.py and test_endpoint.py.
-  sglang-deploy verify --endpoint URL --model NAME [--api-key K] [--probes FILE]
+  sglang-deploy verify --endpoint URL --model NAME [--api-key-file F] [--probes FILE]
       tests/infra/test_endpoint.py alone: health, model list, a chat answer, the correctness gate.
-      The key may also come from the environment (SGLANG_API_KEY); it is handed to pytest through
-      the environment, never on a command line.
+      The key comes from $SGLANG_API_KEY or a 0600 --api-key-file (never from the command line, which
+      every user of the machine can read); it is handed to pytest through the environment.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from sglang_deploy_host import endpoint
-from sglang_deploy.commands import add_inventory_args, usage_error
+from sglang_deploy.commands import ApiKeyError, add_api_key_args, add_inventory_args, api_key_from, usage_error
 from sglang_deploy.runner import project_dir, run_playbook
 
 ENDPOINT_SUITE = "tests/infra/test_endpoint.py"
@@ -38,12 +38,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_inventory_args(parser)
     parser.add_argument("--endpoint", metavar="URL", help="check this server only, e.g. http://10.0.0.5:8000")
     parser.add_argument("--model", help="served model name /v1/models must list (with --endpoint)")
-    parser.add_argument("--api-key", help=f"API key for --endpoint (default: ${endpoint.API_KEY_ENV})")
+    add_api_key_args(parser)
     parser.add_argument("--probes", help="YAML probes file replacing the default correctness probes")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        api_key = api_key_from(args)
+    except ApiKeyError as err:
+        return usage_error("verify", str(err))
     if args.probes:
         # A bad probes file is a usage error, reported before any host or server is contacted.
         try:
@@ -60,18 +64,17 @@ def run(args: argparse.Namespace) -> int:
             endpoint.check_url(args.endpoint)
         except ValueError as err:
             return usage_error("verify", f"--endpoint {err}")
-        return run_endpoint_suite(args.endpoint, args.model, args.api_key, args.probes)
-    if args.model or args.api_key:
-        return usage_error("verify", "--model/--api-key go with --endpoint URL")
+        return run_endpoint_suite(args.endpoint, args.model, api_key, args.probes)
+    if args.model or args.api_key_file:
+        return usage_error("verify", "--model/--api-key-file go with --endpoint URL")
     return run_inventory(args.inventory, args.limit, args.probes)
 
 
-def run_endpoint_suite(url: str, model: str, api_key: str | None, probes: str | None) -> int:
+def run_endpoint_suite(url: str, model: str, api_key: str, probes: str | None) -> int:
     root = project_dir()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "tests" / "infra"), env.get("PYTHONPATH")]))
-    if api_key is not None:
-        env[endpoint.API_KEY_ENV] = api_key
+    env[endpoint.API_KEY_ENV] = api_key
     argv = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "endpoint_options", "-v",
         f"--sglang-endpoint={url}", f"--sglang-model={model}", f"--sglang-api-key-env={endpoint.API_KEY_ENV}",
