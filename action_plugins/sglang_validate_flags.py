@@ -12,9 +12,8 @@ from typing import Any
 try:
     from sglang_deploy.lanes import LaneError, load_lane
     from sglang_deploy.validate_action import ValidateAction
-    from sglang_deploy.validator import (
-        ValidatorError, ensure_validator_env, torch_source, validate_flags,
-    )  # fmt: skip
+    from sglang_deploy.validator import validate_flags
+    from sglang_deploy.validator_venv import ValidatorError, ensure_validator_env, torch_source
 except ImportError as exc:
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "
@@ -32,9 +31,10 @@ class ActionModule(ValidateAction):
         verdicts: dict[tuple[str, tuple[str, ...]], Any] = {}
         errors: list[str] = []
         checked: dict[str, str] = {}
-        for host, spec in hosts.items():
-            lane_name = str(spec["lane"])
-            argv = tuple(str(word) for word in spec["flag_argv"])
+        # Each host's published sglang_server_resolved (roles/sglang_server/tasks/resolve.yml).
+        for host, resolved in hosts.items():
+            lane_name = str(resolved["lane"])
+            argv = tuple(str(word) for word in resolved["launch"]["validation_argv"])
             try:
                 lane = load_lane(lane_name)
             except (LaneError, KeyError, ValueError, FileNotFoundError) as err:

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from sglang_deploy.router import RouterConfigError, flag_argv, router_flags
+    from sglang_deploy.router import RouterConfigError, flag_argv
     from sglang_deploy.router_validator import validate_router_argv
     from sglang_deploy.validate_action import ValidateAction
-    from sglang_deploy.validator import ValidatorError
+    from sglang_deploy.validator_venv import ValidatorError
 except ImportError as exc:
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "
@@ -41,9 +41,10 @@ class ActionModule(ValidateAction):
         errors: list[str] = []
         verdicts: dict[tuple[str, ...], Any] = {}
         checked: dict[str, str] = {}
-        for host, settings in hosts.items():
+        # Each host's published sglang_router_resolved (roles/sglang_router/tasks/resolve.yml).
+        for host, resolved in hosts.items():
             try:
-                argv = tuple(flag_argv(router_flags(settings)))
+                argv = tuple(flag_argv(resolved["flags"]))
             except (RouterConfigError, KeyError, TypeError) as err:
                 errors.append(f"host {host}: sglang_router_*: {err}")
                 continue

@@ -23,13 +23,12 @@ def _inputs(
 ) -> tuple[gpufacts.GpuFacts, LaunchConfig, preflight.PreflightSettings]:
     try:
         parsed = gpufacts.GpuFacts.from_dict(dict(facts))
+        # The server's resolved flags and environment (sglang_server_resolved), nothing merged here.
         config = LaunchConfig.from_vars(
             launch.get("flags"),
             python="python3",  # the interpreter plays no part in the checks
-            flags_override=launch.get("flags_override"),
             env=launch.get("env"),
-            env_override=launch.get("env_override"),
-            secret_env_names=list(launch.get("secret_env_names") or []),
+            secret_env_names=_env_refs(launch.get("flags")),
         )
         values = dict(settings)
         lane = str(values.pop("lane"))
@@ -37,6 +36,11 @@ def _inputs(
     except (LaunchConfigError, LaneError, preflight.PreflightError, TypeError, KeyError) as err:
         raise AnsibleFilterError(f"host {host}: preflight: {err}") from None
     return parsed, config, checked
+
+
+def _env_refs(flags: Any) -> list[str]:
+    """The variables the resolved flags read from the env file ({env: NAME}): known to the launch."""
+    return [str(v["env"]) for v in dict(flags or {}).values() if isinstance(v, dict) and set(v) == {"env"}]
 
 
 def preflight_problems(
@@ -62,17 +66,8 @@ def preflight_problems(
     return [p.message(host) for p in problems]
 
 
-def preflight_p2p_adjustments(
-    facts: Any, launch: Any, settings: Any, host: str = "?"
-) -> dict[str, dict[str, Any]]:
-    """{flags: {...}, env: {...}} the launch needs for GPUs without peer-to-peer."""
-    parsed, config, _ = _inputs(facts, launch, settings, host)
-    return preflight.p2p_adjustments(parsed, config)
-
-
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "preflight_problems": preflight_problems,
-            "preflight_p2p_adjustments": preflight_p2p_adjustments,
         }

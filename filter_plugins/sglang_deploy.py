@@ -8,51 +8,41 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from sglang_deploy_host import endpoint, systemd
-    from sglang_deploy.launch import DEFAULT_LAUNCHER, LaunchConfig, LaunchConfigError, profile_flags
-except ImportError as exc:  # a clear message beats a bare "no filter named sglang_launch"
+    from sglang_deploy import server
+except ImportError as exc:  # a clear message beats a bare "no filter named sglang_server_resolve"
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "
         "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
     ) from exc
 
 
-def sglang_launch(
-    flags: Any,
-    python: str,
-    flags_override: Any = None,
-    env: Any = None,
-    env_override: Any = None,
-    secret_env: Any = None,
-    launcher: str = DEFAULT_LAUNCHER,
-    allow_unauthenticated: bool = False,
-    host: str = "?",
-) -> dict[str, Any]:
-    """Launch configuration (argv, ExecStart=, Environment=) from the inventory's variables;
-    refuses a launch that would expose the model without an API key (see exposure_problem)."""
+def _inputs(values: Any, host: str) -> server.ServerInputs:
     try:
-        config = LaunchConfig.from_vars(
-            flags,
-            python=python,
-            flags_override=flags_override,
-            env=env,
-            env_override=env_override,
-            secret_env_names=list(secret_env or {}),
-            launcher=launcher,
-        )
-    except LaunchConfigError as err:
+        return server.ServerInputs.from_vars(dict(values or {}))
+    except server.ResolveError as err:
         raise AnsibleFilterError(f"host {host}: {err}") from None
-    problem = config.exposure_problem(allow_unauthenticated=bool(allow_unauthenticated))
-    if problem:
-        raise AnsibleFilterError(f"host {host}: {problem}")
-    return config.to_dict()
 
 
-def sglang_profile_flags(flags: Any, profile: Any = "", profiles: Any = None, host: str = "?") -> dict[str, Any]:
-    """The flags with the launch profile merged in (``sglang_server_profile`` of ``sglang_server_profiles``)."""
+def sglang_server_resolve(inputs: Any, host: str, gpu_facts: Any = None) -> dict[str, Any]:
+    """The host's server resolved once (src/sglang_deploy/server.py): published as the fact
+    ``sglang_server_resolved`` by roles/sglang_server/tasks/resolve.yml."""
     try:
-        return profile_flags(flags, str(profile or ""), profiles)
-    except LaunchConfigError as err:
-        raise AnsibleFilterError(f"host {host}: {err}") from None
+        return server.resolve(_inputs(inputs, host), host=host, gpu_facts=gpu_facts or None).to_dict()
+    except server.ResolveError as err:
+        raise AnsibleFilterError(str(err)) from None
+
+
+def sglang_server_secrets(inputs: Any, host: str) -> dict[str, str]:
+    """The 0600 env file's variables (secret environment and API key), for its template and redaction."""
+    return server.secrets(_inputs(inputs, host))
+
+
+def sglang_env_file_lines(secrets: Any, host: str = "?", variable: str = "sglang_server_secret_env") -> list[str]:
+    """Lines of an 0600 EnvironmentFile= holding secrets (``variable`` names where they came from)."""
+    try:
+        return [systemd.env_file_line(str(k), str(v)) for k, v in dict(secrets or {}).items()]
+    except ValueError as err:
+        raise AnsibleFilterError(f"host {host}: {variable}: {err}") from None
 
 
 def sglang_api_key_problem(key: Any, variable: str) -> str:
@@ -60,20 +50,9 @@ def sglang_api_key_problem(key: Any, variable: str) -> str:
     return endpoint.api_key_problem(str(key or ""), variable) or ""
 
 
-def sglang_env_file_lines(secret_env: Any, host: str = "?") -> list[str]:
-    """Lines of the 0600 EnvironmentFile= holding secrets."""
-    try:
-        return [systemd.env_file_line(str(k), str(v)) for k, v in dict(secret_env or {}).items()]
-    except ValueError as err:
-        raise AnsibleFilterError(f"host {host}: sglang_server_secret_env: {err}") from None
-
-
-def sglang_unit_settings(values: Any, host: str = "?") -> dict[str, Any]:
-    """The unit's non-flag values, checked (no directive injection, no path escapes)."""
-    try:
-        return systemd.unit_settings(dict(values or {}))
-    except systemd.UnitValueError as err:
-        raise AnsibleFilterError(f"host {host}: {err}") from None
+def sglang_bearer_headers(key: Any) -> dict[str, str]:
+    """The request headers of a client with API key ``key`` ({} without one). Use with no_log."""
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def sglang_path_component(value: Any, variable: str = "value") -> str:
@@ -96,11 +75,11 @@ def sglang_redact(text: Any, secrets: Any) -> str:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
-            "sglang_launch": sglang_launch,
-            "sglang_profile_flags": sglang_profile_flags,
-            "sglang_api_key_problem": sglang_api_key_problem,
+            "sglang_server_resolve": sglang_server_resolve,
+            "sglang_server_secrets": sglang_server_secrets,
             "sglang_env_file_lines": sglang_env_file_lines,
-            "sglang_unit_settings": sglang_unit_settings,
+            "sglang_api_key_problem": sglang_api_key_problem,
+            "sglang_bearer_headers": sglang_bearer_headers,
             "sglang_path_component": sglang_path_component,
             "sglang_redact": sglang_redact,
         }

@@ -1,5 +1,5 @@
-"""Filters for the sglang_router role and playbooks/rolling.yml: each one is a single call into
-``sglang_deploy.router``."""
+"""Filters for the sglang_router and sglang_rolling roles and the router playbooks: each one is a
+single call into ``sglang_deploy.router``."""
 
 from __future__ import annotations
 
@@ -23,31 +23,23 @@ def _call(func: Any, *args: Any, **kwargs: Any) -> Any:
         raise AnsibleFilterError(str(err)) from None
 
 
-def _worker_vars(host_vars: Any) -> dict[str, Any]:
-    """Only what a worker's URL is made of, read key by key: a worker's other variables (its flags'
-    model path from the sglang_common role's defaults) cannot be templated from a router's play."""
-    picked: dict[str, Any] = {}
-    for name in router.WORKER_URL_VARS:
-        if name in host_vars:
-            picked[name] = host_vars[name]
-    return picked
+def sglang_router_resolve(settings: Any, unit: Any, host: str, api_key: Any = "") -> dict[str, Any]:
+    """The router resolved once (published as the fact sglang_router_resolved)."""
+    return _call(router.resolve, dict(settings), dict(unit), host=host, api_key=str(api_key or ""))
 
 
-def sglang_router_worker_urls(hostnames: Any, hostvars: Any) -> list[str]:
-    """groups['sglang_servers'] | sglang_router_worker_urls(hostvars)."""
-    return _call(router.worker_urls, list(hostnames), {h: _worker_vars(hostvars[h]) for h in hostnames})
+def sglang_router_env_file_lines(api_key: Any) -> list[str]:
+    return _call(router.env_file_lines, str(api_key or ""))
 
 
-def sglang_router_worker_url(hostname: str, hostvars: Any) -> str:
-    return _call(router.worker_url, hostname, _worker_vars(hostvars[hostname]))
+def sglang_worker_urls(hostnames: Any, hostvars: Any) -> list[str]:
+    """groups['sglang_servers'] | sglang_worker_urls(hostvars): each worker's resolved URL."""
+    return _call(router.worker_urls, {h: hostvars[h].get("sglang_server_resolved") for h in hostnames})
 
 
-def sglang_router_exec_args(settings: dict[str, Any]) -> str:
-    return _call(router.exec_args, settings)
-
-
-def sglang_router_exposure_problem(host: str, api_key: str, allow_unauthenticated: bool) -> str:
-    return router.exposure_problem(str(host), str(api_key or ""), bool(allow_unauthenticated)) or ""
+def sglang_router_endpoints(hostnames: Any, hostvars: Any) -> dict[str, dict[str, str]]:
+    """routers | sglang_router_endpoints(hostvars): each router's resolved API and metrics URL."""
+    return _call(router.router_endpoints, {h: hostvars[h].get("sglang_router_resolved") for h in hostnames})
 
 
 def sglang_router_in_flight(load: Any) -> int:
@@ -73,17 +65,17 @@ def sglang_router_circuit_states(metrics_text: Any) -> dict[str, int]:
     return _call(router.circuit_states, str(metrics_text))
 
 
-def sglang_router_file_sd(workers: dict[str, str], routers: dict[str, Any], labels: Any = None) -> list[dict[str, Any]]:
-    return _call(router.file_sd, workers, {k: tuple(v) for k, v in routers.items()}, labels)
+def sglang_router_file_sd(workers: dict[str, str], routers: dict[str, str], labels: Any = None) -> list[dict[str, Any]]:
+    return _call(router.file_sd, workers, routers, labels)
 
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
-            "sglang_router_worker_urls": sglang_router_worker_urls,
-            "sglang_router_worker_url": sglang_router_worker_url,
-            "sglang_router_exec_args": sglang_router_exec_args,
-            "sglang_router_exposure_problem": sglang_router_exposure_problem,
+            "sglang_router_resolve": sglang_router_resolve,
+            "sglang_router_env_file_lines": sglang_router_env_file_lines,
+            "sglang_worker_urls": sglang_worker_urls,
+            "sglang_router_endpoints": sglang_router_endpoints,
             "sglang_router_in_flight": sglang_router_in_flight,
             "sglang_router_worker_entry": sglang_router_worker_entry,
             "sglang_router_worker_entry_healthy": sglang_router_worker_entry_healthy,

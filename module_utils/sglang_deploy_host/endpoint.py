@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import ipaddress
 import json
 import os
 import re
@@ -83,25 +84,74 @@ class EndpointError(RuntimeError):
 
 
 # -- addresses ---------------------------------------------------------------------------------
+def is_loopback(host: str) -> bool:
+    """Whether a bind address is reachable only from the machine itself (``[::1]`` included)."""
+    name = host.strip().strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False  # a host name or an interface address: reachable from the network
+
+
+def url_host(address: str) -> str:
+    """``address`` as the host part of a URL: an IPv6 address in brackets."""
+    address = address.strip()
+    if ":" in address and not address.startswith("["):
+        return f"[{address}]"
+    return address
+
+
+def port_number(value: Any, what: str) -> int:
+    """A TCP port (1-65535) from a flag or variable value; ValueError naming ``what``."""
+    text = str(value)
+    if isinstance(value, bool) or not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise ValueError(f"{what} = {value!r} is not a port (1-65535)")
+    return int(text)
+
+
+def http_url(address: str, port: Any) -> str:
+    """``http://address:port``, the address bracketed when it is IPv6."""
+    return f"http://{url_host(address)}:{port_number(port, 'port')}"
+
+
+# Flags of sglang and sglang-router whose value is a secret (or a URL or path that usually carries or
+# names one): never a plain value in an argv or a unit file, only handed over in-process from the
+# unit's 0600 env file (sglang_launcher.py --env-flag).
+SECRET_FLAGS = frozenset({
+    "api-key", "admin-api-key", "ssl-keyfile-password",  # sglang (server_args.py)
+    "control-plane-api-keys", "oracle-password", "postgres-db-url", "redis-url", "client-key-path",  # sglang-router
+})  # fmt: skip
+
+
+def exposure_problem(
+    what: str, bind: str, port: Any, *, has_key: bool, allowed: bool, key_var: str, bind_var: str, allow_var: str
+) -> Optional[str]:
+    """Why a service bound to ``bind`` would serve anyone who reaches it, or None: a non-loopback
+    address without an API key is refused unless ``allow_var`` says it is on purpose."""
+    if has_key or allowed or is_loopback(bind):
+        return None
+    return (
+        f"{what} binds {bind}:{port} (not loopback) without an API key: anyone who reaches the port can use it. "
+        f"Fix: set {key_var} from vault (docs/security.md), or bind {bind_var} to 127.0.0.1, "
+        f"or set {allow_var}: true if that is on purpose"
+    )
+
+
 def client_host(bind_host: Optional[str]) -> str:
     """The address a client on the same machine uses for a server bound to ``bind_host``."""
     host = (bind_host if bind_host is not None else DEFAULT_BIND_HOST).strip()
     if host in WILDCARD_HOSTS:
         return "127.0.0.1"
-    if ":" in host and not host.startswith("["):
-        return f"[{host}]"
-    return host
+    return url_host(host)
 
 
 def base_url(flags: Mapping[str, Any], connect_host: Optional[str] = None) -> str:
     """``http://host:port`` of a server launched with ``flags`` (the launch model's flag dict)."""
-    port = flags.get("port", DEFAULT_PORT)
-    try:
-        port_number = int(str(port))
-    except ValueError:
-        raise ValueError(f"launch flag port={port!r} is not a port number") from None
+    port = port_number(flags.get("port", DEFAULT_PORT), "launch flag port")
     host = client_host(connect_host) if connect_host else client_host(_str_or_none(flags.get("host")))
-    return f"http://{host}:{port_number}"
+    return f"http://{host}:{port}"
 
 
 def served_model_name(flags: Mapping[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """Proxmox VE: the serving VM as PVE configuration keys, compared with what a node holds.
 
-Stdlib only, Python >= 3.9. The proxmox_vm role's modules (library/sglang_pve_plan.py,
-library/sglang_pve_root_disk.py) use it on the control node; the API calls themselves are in
+Stdlib only, Python >= 3.9. The proxmox_vm role's modules (library/sglang_pve_plan.py through
+pve_plan.py, library/sglang_pve_root_disk.py) use it on the control node; the API calls themselves are in
 module_utils/sglang_pve_client.py (proxmoxer). Nothing here talks to a network, so every rule is
 unit-tested on plain data (tests/unit/test_proxmox_config.py).
 

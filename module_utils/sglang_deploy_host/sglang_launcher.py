@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Start the sglang server with secrets that appear neither in its argv nor in its log.
+"""Start the sglang server (or sglang-router) with secrets that appear neither in its argv nor in its log.
 
-STDLIB ONLY, Python >= 3.9: the sglang_server role installs this file on the host and the unit's
-``ExecStart=`` runs it with the ml-env's interpreter::
+STDLIB ONLY, Python >= 3.9: the sglang_server and sglang_router roles install this file on the host
+(sglang_host_files) and the unit's ``ExecStart=`` runs it with the venv's interpreter::
 
     python3 sglang_launcher.py --module sglang.launch_server --env-flag api-key=SGLANG_API_KEY -- FLAGS...
+    python3 sglang_launcher.py --module sglang_router.launch_router --strip-ansi \
+        --env-flag api-key=SGLANG_ROUTER_API_KEY -- FLAGS...
 
 * ``--env-flag FLAG=NAME``: the value of the environment variable NAME (which systemd reads from the
   unit's 0600 ``EnvironmentFile=``) is handed to sglang as ``--FLAG VALUE`` inside the process, in
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import runpy
 import selectors
 import signal
@@ -34,6 +37,9 @@ import urllib.parse
 from typing import Dict, List, Optional, Sequence, Tuple
 
 MASK = b"********"
+# A terminal control sequence (CSI: colours, cursor moves). sglang-router colours its log whatever the
+# environment says (NO_COLOR, RUST_LOG_STYLE); --strip-ansi keeps the journal plain text.
+_CSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # Longest stretch without a newline held back before it is masked and written out anyway.
 _MAX_LINE = 64 * 1024
 # After sglang exits, how long straggling writers (its killed workers) may keep the pipes open.
@@ -86,12 +92,15 @@ class Masker:
     at most ``len(longest secret) - 1`` bytes are carried over to the next chunk.
     """
 
-    def __init__(self, secrets: Sequence[bytes]) -> None:
+    def __init__(self, secrets: Sequence[bytes], strip_ansi: bool = False) -> None:
         self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
         self._keep = max((len(s) for s in self._secrets), default=1) - 1
         self._pending = b""
+        self._strip_ansi = strip_ansi
 
     def _mask(self, data: bytes) -> bytes:
+        if self._strip_ansi:  # first: a colour code inside a secret's line must not hide the secret
+            data = _CSI.sub(b"", data)
         for secret in self._secrets:
             data = data.replace(secret, MASK)
         return data
@@ -125,12 +134,13 @@ def _exit_status(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-def relay(pipes: Dict[int, int], masker_secrets: Sequence[bytes], child: int) -> int:
-    """Copy ``pipes`` (read fd -> output fd) with secrets masked until every writer is gone or the
-    child exited and the drain time passed; return the child's exit status."""
+def relay(pipes: Dict[int, int], masker_secrets: Sequence[bytes], child: int, strip_ansi: bool = False) -> int:
+    """Copy ``pipes`` (read fd -> output fd) with secrets masked (and terminal control sequences
+    removed with ``strip_ansi``) until every writer is gone or the child exited and the drain time
+    passed; return the child's exit status."""
     for signum in _FORWARDED_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
-    maskers = {fd: Masker(masker_secrets) for fd in pipes}
+    maskers = {fd: Masker(masker_secrets, strip_ansi) for fd in pipes}
     selector = selectors.DefaultSelector()
     for fd in pipes:
         selector.register(fd, selectors.EVENT_READ)
@@ -162,12 +172,18 @@ def relay(pipes: Dict[int, int], masker_secrets: Sequence[bytes], child: int) ->
 
 
 def command_line(
-    python: str, launcher: str, module: str, env_flags: Sequence[Tuple[str, str]], flags: Sequence[str]
+    python: str,
+    launcher: str,
+    module: str,
+    env_flags: Sequence[Tuple[str, str]],
+    flags: Sequence[str],
+    strip_ansi: bool = False,
 ) -> List[str]:
     """The argv that runs the server through this launcher: ``env_flags`` are (flag, variable NAME)
     pairs, never values. The unit's ExecStart= is rendered from this (sglang_deploy.launch)."""
     named = [word for flag, name in env_flags for word in ("--env-flag", f"{flag}={name}")]
-    return [python, launcher, "--module", module, *named, "--", *flags]
+    plain = ["--strip-ansi"] if strip_ansi else []
+    return [python, launcher, "--module", module, *plain, *named, "--", *flags]
 
 
 def split_command_line(argv: Sequence[str]) -> Tuple[List[str], Dict[str, str]]:
@@ -220,6 +236,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--module", default="sglang.launch_server", help="module to run as __main__")
     parser.add_argument("--env-flag", action="append", default=[], metavar="FLAG=NAME",
                         help="pass --FLAG with the value of environment variable NAME (repeatable)")
+    parser.add_argument("--strip-ansi", action="store_true",
+                        help="remove terminal control sequences (colours) from the output")
     parser.add_argument("flags", nargs=argparse.REMAINDER, help="the server's flags, after --")
     args = parser.parse_args(argv)
     flags = args.flags[1:] if args.flags[:1] == ["--"] else list(args.flags)
@@ -231,7 +249,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for _, name, _ in env_flags:
         os.environ.pop(name, None)  # sglang's workers inherit the environment
     server_argv = flags + [word for flag, _, value in env_flags for word in (f"--{flag}", value)]
-    if not env_flags:
+    if not env_flags and not args.strip_ansi:
         run_module(args.module, server_argv)
         return 0
 
@@ -251,7 +269,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.close(out_w)
     os.close(err_w)
     secrets = [form for _, _, value in env_flags for form in secret_forms(value)]
-    return relay({out_r: 1, err_r: 2}, secrets, child)
+    return relay({out_r: 1, err_r: 2}, secrets, child, args.strip_ansi)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ escaped; these helpers are the single place that knows how. (Nothing here relies
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
 # Characters that need no quoting in an ExecStart= word. Deliberately small: anything else is quoted.
 # Matched whole (fullmatch): "$" would accept a trailing newline.
@@ -36,6 +37,13 @@ def exec_word(word: str) -> str:
     if _SAFE_WORD.fullmatch(word):
         return escaped
     return '"' + _escape_c(escaped) + '"'
+
+
+def exec_start(head: Sequence[str], groups: Sequence[Sequence[str]]) -> str:
+    """An ``ExecStart=`` value: the command's head on the first line, then one group of words (a flag
+    and its values) per continuation line, each word quoted, so the unit reads like a hand-written one."""
+    lines = [" ".join(exec_word(w) for w in head)] + ["    " + " ".join(exec_word(w) for w in g) for g in groups]
+    return " \\\n".join(lines)
 
 
 def environment_assignment(name: str, value: str) -> str:
@@ -260,11 +268,19 @@ def directive_value(variable: str, value: object) -> str:
     return value
 
 
+# The unit's numbers a role may set (the role's variable without its prefix -> the smallest value).
+_UNIT_COUNTS = {
+    "start_timeout_sec": 1, "stop_timeout_sec": 1, "restart_sec": 0, "start_limit_burst": 1,
+    "start_limit_interval_sec": 0, "limit_nofile": 1, "gpu_idle_max_used_mib": 0,
+}  # fmt: skip
+
+
 def unit_settings(values: dict[str, object], prefix: str = "sglang_server_") -> dict[str, object]:
     """The checked values the unit template may use, each named by its variable in errors.
 
-    ``values`` keys are the role's variable names without ``prefix``; the result adds the unit's
-    and the environment file's paths, built from checked parts.
+    ``values`` keys are the role's variable names without ``prefix`` (the server's and the router's
+    roles both use this); the result adds the unit's and the environment file's paths, built from
+    checked parts. A number of ``_UNIT_COUNTS`` is checked when the role has it.
     """
 
     def var(key: str) -> str:
@@ -275,6 +291,10 @@ def unit_settings(values: dict[str, object], prefix: str = "sglang_server_") -> 
             raise UnitValueError(f"{var(key)} is missing")
         return values[key]
 
+    unknown = sorted(set(values) - set(_UNIT_COUNTS) - {
+        "name", "user", "group", "home", "config_dir", "unit_dir", "libexec_dir", "read_write_paths", "hardening"})  # fmt: skip
+    if unknown:
+        raise UnitValueError(f"unknown unit values: {', '.join(var(k) for k in unknown)}")
     name = unit_name(var("name"), get("name"))
     settings: dict[str, object] = {
         "name": name,
@@ -284,14 +304,10 @@ def unit_settings(values: dict[str, object], prefix: str = "sglang_server_") -> 
         "config_dir": absolute_path(var("config_dir"), get("config_dir")),
         "unit_dir": absolute_path(var("unit_dir"), get("unit_dir")),
         "libexec_dir": absolute_path(var("libexec_dir"), get("libexec_dir")),
-        "start_timeout_sec": count(var("start_timeout_sec"), get("start_timeout_sec"), 1),
-        "stop_timeout_sec": count(var("stop_timeout_sec"), get("stop_timeout_sec"), 1),
-        "restart_sec": count(var("restart_sec"), get("restart_sec")),
-        "start_limit_burst": count(var("start_limit_burst"), get("start_limit_burst"), 1),
-        "start_limit_interval_sec": count(var("start_limit_interval_sec"), get("start_limit_interval_sec")),
-        "limit_nofile": count(var("limit_nofile"), get("limit_nofile"), 1),
-        "gpu_idle_max_used_mib": count(var("gpu_idle_max_used_mib"), get("gpu_idle_max_used_mib")),
     }
+    for key, minimum in _UNIT_COUNTS.items():
+        if key in values:
+            settings[key] = count(var(key), values[key], minimum)
     paths = get("read_write_paths")
     if not isinstance(paths, list) or not paths:
         raise _fail(var("read_write_paths"), paths, "a non-empty list of paths")

@@ -156,7 +156,7 @@ SITE = "/opt/sglang-bundle/site"
 VERSION = next(d.version for d in importlib.metadata.distributions(name="sglang", path=[SITE]))
 os.environ["PYTHONPATH"] = SITE + os.pathsep + os.environ.get("PYTHONPATH", "")  # bench_serving child only
 def bench_command(lane):
-    code = bench._RUNNER.format(probe=str(bench.validator._PROBE), stand_ins=list(bench.BENCH_STAND_INS),
+    code = bench._RUNNER.format(probe=str(bench.validator_venv._PROBE), stand_ins=list(bench.BENCH_STAND_INS),
                                 module=bench.host_bench.BENCH_MODULE)
     return [sys.executable, "-c", code]
 bench.bench_command = bench_command

@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sglang_deploy_host import bench as host_bench
-from sglang_deploy import inputfiles, validator
+from sglang_deploy import inputfiles, validator_venv
 from sglang_deploy.lanes import Lane
 
 RUN_FORMAT = 1
@@ -76,13 +76,13 @@ class BenchInputError(ValueError):
 def bench_command(lane: Lane) -> list[str]:
     """The command that starts the lane's pinned ``sglang.bench_serving`` on this machine: the
     validator venv's interpreter (built on first use) with the stand-ins above."""
-    env = validator.ensure_validator_env(lane)
+    env = validator_venv.ensure_validator_env(lane)
     code = _RUNNER.format(
-        probe=str(validator._PROBE),
+        probe=str(validator_venv._PROBE),
         stand_ins=[*lane.validator.stand_ins, *BENCH_STAND_INS],
         module=host_bench.BENCH_MODULE,
     )
-    return [str(validator._venv_python(env)), "-c", code]
+    return [str(validator_venv._venv_python(env)), "-c", code]
 
 
 def run_sweep(

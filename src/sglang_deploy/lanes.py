@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 DEFAULT_LANE = "cu128"
-"""The mission's CUDA 12.8 lane (DESIGN.md, "Stack lanes")."""
+"""The mission's CUDA 12.8 lane (docs/architecture.md, "Stack lanes")."""
 
 _LANE_SUFFIX = ".yml"
 

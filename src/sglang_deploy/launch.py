@@ -18,14 +18,13 @@ Flag values:
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from sglang_deploy_host import sglang_launcher, systemd
+from sglang_deploy_host import endpoint, sglang_launcher, systemd
 
 DEFAULT_MODULE = "sglang.launch_server"
 # Where the sglang_server role installs sglang_launcher.py (sglang_server_libexec_dir).
@@ -53,20 +52,6 @@ ABBREVIATIONS: dict[str, str] = {"tp": "tp-size"}
 RESOLVED_PER_HOST: dict[str, tuple[str, str]] = {"mem-fraction-static": ("auto", "0.9")}
 
 _GROUP_OF: dict[str, tuple[str, ...]] = {name: group for group in ALIAS_GROUPS for name in group}
-# sglang's own --host/--port defaults (ServerArgs): where a server without the flags listens.
-DEFAULT_BIND_HOST = "127.0.0.1"
-DEFAULT_PORT = 30000
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a bind address is reachable only from the machine itself."""
-    name = host.strip().strip("[]")
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False  # a host name or an interface address: reachable from the network
 
 
 class LaunchConfigError(ValueError):
@@ -106,10 +91,6 @@ class Flag:
             return [self.option, *self.value]
         return [self.option, str(self.value)]
 
-    def exec_words(self) -> list[str]:
-        """The flag's words quoted for ExecStart=."""
-        return [systemd.exec_word(word) for word in self.argv()]
-
 
 @dataclass(frozen=True)
 class LaunchConfig:
@@ -141,8 +122,8 @@ class LaunchConfig:
         override); raises :class:`LaunchConfigError` with the fix."""
         if not python:
             raise LaunchConfigError("sglang_server_python is empty: set it to the ml-env's python3")
-        merged_flags = _merge("sglang_server_flags", profile_flags(flags, profile, profiles), flags_override)
-        merged_env = _merge("sglang_server_env", env, env_override)
+        merged_flags = merge_flags(profile_flags(flags, profile, profiles), flags_override)
+        merged_env = merge_flags(env, env_override, variable="sglang_server_env")
         parsed = tuple(_flag(name, value) for name, value in merged_flags.items() if _present(value))
         _check_conflicts(parsed)
         environment = tuple(
@@ -210,14 +191,8 @@ class LaunchConfig:
 
     def exec_start(self) -> str:
         """ExecStart= value: one flag per continuation line, so the unit reads like the seeds."""
-        head_words = sglang_launcher.command_line(self.python, self.launcher, self.module, self.env_flags(), [])
-        head = " ".join(systemd.exec_word(word) for word in head_words)
-        lines = [head] + [
-            "    " + " ".join(flag.exec_words())
-            for flag in self.flags
-            if not isinstance(flag.value, EnvRef)
-        ]
-        return " \\\n".join(lines)
+        head = sglang_launcher.command_line(self.python, self.launcher, self.module, self.env_flags(), [])
+        return systemd.exec_start(head, [f.argv() for f in self.flags if not isinstance(f.value, EnvRef)])
 
     def environment_assignments(self) -> list[str]:
         """Values for ``Environment=`` lines, in inventory order."""
@@ -242,27 +217,30 @@ class LaunchConfig:
     def exposure_problem(self, *, allow_unauthenticated: bool) -> str | None:
         """Why this launch would serve the model insecurely, or None.
 
-        A key written as a flag value lands in the unit file and the process's argv; a server bound
+        A secret written as a flag value lands in the unit file and the process's argv; a server bound
         to a non-loopback address without a key serves anyone who reaches the port, which only an
         explicit ``sglang_server_allow_unauthenticated`` may ask for.
         """
-        key = self.flag("api-key")
-        if key is not None and not isinstance(key.value, EnvRef):
-            return (
-                "sglang_server_flags['api-key'] holds the key itself, which would land in the unit "
-                "file and in the server's argv (readable by every local user). Fix: remove it and set "
-                "sglang_server_api_key (from vault or the environment) instead"
-            )
+        for flag in self.flags:
+            if flag.name in endpoint.SECRET_FLAGS and not isinstance(flag.value, EnvRef):
+                is_key = flag.name == "api-key"
+                fix = "sglang_server_api_key" if is_key else "{env: NAME} with NAME in sglang_server_secret_env"
+                return (
+                    f"sglang_server_flags['{flag.name}'] holds the {'key' if is_key else 'secret'} itself, which would land in the unit "
+                    f"file and in the server's argv (readable by every local user). Fix: remove it and set {fix} "
+                    "(from vault or the environment) instead"
+                )
         host = self.flag("host")
-        bind = DEFAULT_BIND_HOST if host is None else str(host.value)
-        if key is not None or allow_unauthenticated or is_loopback(bind):
-            return None
         port = self.flag("port")
-        return (
-            f"the server binds {bind}:{DEFAULT_PORT if port is None else port.value} (not loopback) "
-            "without an API key: anyone who reaches the port can use the model. Fix: set "
-            "sglang_server_api_key from vault (README: Secrets), or bind sglang_server_flags['host'] "
-            "to 127.0.0.1, or set sglang_server_allow_unauthenticated: true if that is on purpose"
+        return endpoint.exposure_problem(
+            "the server",
+            endpoint.DEFAULT_BIND_HOST if host is None else str(host.value),
+            endpoint.DEFAULT_PORT if port is None else port.value,
+            has_key=self.flag("api-key") is not None,
+            allowed=allow_unauthenticated,
+            key_var="sglang_server_api_key",
+            bind_var="sglang_server_flags['host']",
+            allow_var="sglang_server_allow_unauthenticated",
         )
 
     def _check_env_refs(self) -> None:
@@ -284,7 +262,7 @@ def profile_flags(
     ``sglang_server_profiles``: flag changes, null removes a flag) merged in; "" or None = the flags
     as they are. What every reader of a host's flags starts from (the override comes after)."""
     if not profile:
-        return _merge("sglang_server_flags", flags, None)
+        return merge_flags(flags, None)
     if not isinstance(profiles, Mapping) or profile not in profiles:
         known = ", ".join(sorted(str(name) for name in profiles)) if isinstance(profiles, Mapping) else ""
         raise LaunchConfigError(
@@ -294,16 +272,21 @@ def profile_flags(
     changes = profiles[profile]
     if changes is None:
         changes = {}
-    return _merge("sglang_server_flags", flags, changes, override_label=f"sglang_server_profiles['{profile}']")
+    return merge_flags(flags, changes, override_label=f"sglang_server_profiles['{profile}']")
 
 
 # -- helpers -----------------------------------------------------------------------------------
-def _merge(
-    var: str, base: Mapping[str, Any] | None, override: Mapping[str, Any] | None, *, override_label: str = ""
+def merge_flags(
+    base: Mapping[str, Any] | None,
+    override: Mapping[str, Any] | None,
+    *,
+    variable: str = "sglang_server_flags",
+    override_label: str = "",
 ) -> dict[str, Any]:
-    """Base mapping updated by the override: replaced keys keep their place, new ones go last."""
+    """``base`` updated by ``override``: replaced keys keep their place, new ones go last (a null
+    value stays, to remove the flag when rendered). The one merge rule of flags and environment."""
     merged: dict[str, Any] = {}
-    for label, part in ((var, base), (override_label or var + "_override", override)):
+    for label, part in ((variable, base), (override_label or variable + "_override", override)):
         if part is None:
             continue
         if not isinstance(part, Mapping):

@@ -19,13 +19,14 @@ What counts as "NCCL will not try peer-to-peer" (check ``p2p``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from sglang_deploy_host.gpufacts import (
     HEALTH_FIX,
     IDLE_FIX,
+    Disk,
     GpuFacts,
     busy_problems,
     health_problems,
@@ -42,20 +43,6 @@ CUDA_MIN_DRIVER: dict[str, str] = {
     "12.9": "575.51.03",
     "13.0": "580.65.06",
 }
-
-ALL_CHECKS: tuple[str, ...] = (
-    "nvidia-smi",
-    "gpu-health",
-    "gpu-count",
-    "compute-capability",
-    "driver",
-    "p2p",
-    "shm",
-    "weights-disk",
-    "gpu-idle",
-)
-# Before a (re)start of the service: everything that can change while the host runs.
-GPU_CHECKS: tuple[str, ...] = tuple(c for c in ALL_CHECKS if c != "weights-disk")
 
 NCCL_P2P_OFF_LEVELS = ("LOC", "0")
 CUSTOM_ALL_REDUCE_FLAG = "disable-custom-all-reduce"
@@ -126,6 +113,227 @@ def _gpus_of_launch(facts: GpuFacts, tp: int) -> set[int]:
     return {g.index for g in facts.healthy_gpus()[: max(tp, 1)]}
 
 
+def _p2p_not_ok(facts: GpuFacts, tp: int) -> tuple[set[int], list[str]]:
+    """The GPUs a launch of tp-size ``tp`` uses and the ``topo -p2p r`` statuses other than OK
+    between them (none for one GPU: nothing to talk to)."""
+    gpus = _gpus_of_launch(facts, tp)
+    if tp <= 1:
+        return gpus, []
+    statuses = {
+        link.status
+        for link in facts.p2p_read
+        if {link.gpu, link.peer} <= gpus and link.status != "OK"
+    }
+    return gpus, sorted(statuses)
+
+
+def _lacks_custom_all_reduce_off(launch: LaunchConfig) -> bool:
+    flag = launch.flag(CUSTOM_ALL_REDUCE_FLAG)
+    return flag is None or flag.value is not True
+
+
+def _disk_at(facts: GpuFacts, path: str) -> Disk | None:
+    return next((d for d in facts.disks if d.path == path), None)
+
+
+# -- the checks ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CheckContext:
+    """What every check reads. ``unit_active``: the service already runs, so its GPU use is
+    expected."""
+
+    facts: GpuFacts
+    launch: LaunchConfig
+    settings: PreflightSettings
+    unit_active: bool = False
+    # Read once up front, so a tp-size that is not a number fails evaluate() whichever checks run.
+    tp: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tp", self.launch.tp_size)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(self.launch.environment)
+
+
+class Finding(NamedTuple):
+    """One failure of a check; :func:`evaluate` makes it a :class:`Problem` under the check's
+    name."""
+
+    found: str
+    fix: str
+
+
+Check = Callable[[CheckContext], list[Finding]]
+
+
+def _check_nvidia_smi(ctx: CheckContext) -> list[Finding]:
+    if not ctx.facts.errors:
+        return []
+    return [
+        Finding(
+            "; ".join(ctx.facts.errors),
+            "install and load the NVIDIA driver (the nvidia_driver role); after a driver "
+            "upgrade reboot; exit 15 means a GPU fell off the bus (reset or reboot the VM)",
+        )
+    ]
+
+
+def _check_gpu_health(ctx: CheckContext) -> list[Finding]:
+    return [Finding(p, HEALTH_FIX.removeprefix("Fix: ")) for p in health_problems(ctx.facts)]
+
+
+def _check_gpu_count(ctx: CheckContext) -> list[Finding]:
+    count, how = visible_gpu_count(ctx.facts, ctx.env)
+    if count >= ctx.tp:
+        return []
+    return [
+        Finding(
+            f"{how}, but the launch has tp-size {ctx.tp}",
+            f"attach all GPUs to the VM (Proxmox hostpci entries) and check `nvidia-smi -L`, "
+            f"or lower tp-size in sglang_server_flags_override to at most {count}",
+        )
+    ]
+
+
+def _check_compute_capability(ctx: CheckContext) -> list[Finding]:
+    wanted = ctx.settings.compute_capability
+    other = {
+        g.index: g.compute_cap
+        for g in ctx.facts.gpus
+        if g.compute_cap is not None and g.compute_cap != wanted
+    }
+    if not other:
+        return []
+    return [
+        Finding(
+            f"GPU compute capability {other} (index: cc), the lane's kernels are built for "
+            f"{wanted}",
+            "run on GPUs of that architecture, or pick a lane whose kernels carry this "
+            "one and set preflight_compute_capability to it",
+        )
+    ]
+
+
+def _check_driver(ctx: CheckContext) -> list[Finding]:
+    floor = ctx.settings.driver_floor  # first: an unknown CUDA release is an error on every host
+    found = ctx.facts.driver_version
+    if found is None:
+        # nvidia-smi failed: that is reported (check nvidia-smi), a missing version is no news.
+        if ctx.facts.errors:
+            return []
+        return [Finding("nvidia-smi reported no driver version", "reinstall the driver")]
+    if version_tuple(found) >= version_tuple(floor):
+        return []
+    return [
+        Finding(
+            f"driver {found} is older than {floor}, the minimum for CUDA {ctx.settings.cuda}",
+            f"install driver >= {floor} (the nvidia_driver role's version variable) and "
+            "reboot, or use a lane built for an older CUDA",
+        )
+    ]
+
+
+def _check_p2p(ctx: CheckContext) -> list[Finding]:
+    gpus, not_ok = _p2p_not_ok(ctx.facts, ctx.tp)
+    if not not_ok:
+        return []
+    env = ctx.env
+    missing = []
+    if _lacks_custom_all_reduce_off(ctx.launch):
+        missing.append(
+            f"flag --{CUSTOM_ALL_REDUCE_FLAG} (sglang_server_flags: {CUSTOM_ALL_REDUCE_FLAG}: true)"
+        )
+    if not nccl_p2p_off(env):
+        level = env.get("NCCL_P2P_LEVEL")
+        missing.append(
+            'NCCL_P2P_DISABLE: "1" in sglang_server_env'
+            + (f" (NCCL_P2P_LEVEL={level} still lets NCCL try P2P)" if level else "")
+        )
+    if not missing:
+        return []
+    lacks = " and ".join(missing)
+    return [
+        Finding(
+            f"nvidia-smi topo -p2p r reports {'/'.join(not_ok)} (not OK) between the "
+            f"{len(gpus)} GPUs of tp-size {ctx.tp}, and the launch lacks {lacks}",
+            f"add {lacks} (or set sglang_server_p2p_adjust: true to have them added for this "
+            "run)",
+        )
+    ]
+
+
+def _check_shm(ctx: CheckContext) -> list[Finding]:
+    path = ctx.settings.shm_path
+    need_mib = ctx.settings.shm_min_free_mib
+    shm = _disk_at(ctx.facts, path)
+    if shm is None:
+        return [Finding(f"{path} was not measured", "run gpufacts.py facts with --disk " + path)]
+    if shm.measured_path != path:
+        return [
+            Finding(f"{path} does not exist", "mount a tmpfs on /dev/shm (systemd does by default)")
+        ]
+    if shm.free_mib >= need_mib:
+        return []
+    return [
+        Finding(
+            f"{path} has {shm.free_mib} MiB free of {shm.size_mib} MiB, below {need_mib} MiB "
+            "(NCCL's SHM transport and sglang's inter-process tensors live there)",
+            f"remove stale files of killed servers (/dev/shm/nccl-*, /dev/shm/sem.*) or "
+            f"enlarge it (`mount -o remount,size=32G {path}`; a container: --shm-size)",
+        )
+    ]
+
+
+def _check_weights_disk(ctx: CheckContext) -> list[Finding]:
+    path = ctx.settings.weights_path
+    need_gib = ctx.settings.weights_min_gib
+    if need_gib <= 0:  # no size given: nothing to check
+        return []
+    disk = _disk_at(ctx.facts, path)
+    if disk is None:
+        return [Finding(f"{path} was not measured", "run gpufacts.py facts with --disk PATH")]
+    if disk.free_mib + disk.path_mib >= need_gib * 1024:
+        return []
+    return [
+        Finding(
+            f"{disk.measured_path} (for {path}) has {disk.free_mib // 1024} GiB free and "
+            f"{disk.path_mib // 1024} GiB already under {path}; the weights need {need_gib} GiB",
+            "free space there, or point the weights directory (preflight_weights_path and "
+            "the model role's directory) at a filesystem with room",
+        )
+    ]
+
+
+def _check_gpu_idle(ctx: CheckContext) -> list[Finding]:
+    if not ctx.settings.require_idle or ctx.unit_active:
+        return []
+    return [
+        Finding(p, IDLE_FIX.removeprefix("Fix: "))
+        for p in busy_problems(ctx.facts, ctx.settings.gpu_max_used_mib)
+    ]
+
+
+# The checks, in the order evaluate() reports their problems. To add a check, write one function
+# ``_check_NAME(ctx) -> list[Finding]`` above (it decides itself when it has nothing to say) and add
+# one row here: ALL_CHECKS, the preflight_checks names the role accepts, and evaluate() follow.
+CHECKS: tuple[tuple[str, Check], ...] = (
+    ("nvidia-smi", _check_nvidia_smi),
+    ("gpu-health", _check_gpu_health),
+    ("gpu-count", _check_gpu_count),
+    ("compute-capability", _check_compute_capability),
+    ("driver", _check_driver),
+    ("p2p", _check_p2p),
+    ("shm", _check_shm),
+    ("weights-disk", _check_weights_disk),
+    ("gpu-idle", _check_gpu_idle),
+)
+ALL_CHECKS: tuple[str, ...] = tuple(name for name, _ in CHECKS)
+# Before a (re)start of the service: everything that can change while the host runs.
+GPU_CHECKS: tuple[str, ...] = tuple(c for c in ALL_CHECKS if c != "weights-disk")
+
+
 def evaluate(
     facts: GpuFacts,
     launch: LaunchConfig,
@@ -140,186 +348,26 @@ def evaluate(
         raise PreflightError(
             f"preflight_checks has unknown checks {sorted(unknown)}; known: {', '.join(ALL_CHECKS)}"
         )
-    env = dict(launch.environment)
-    problems: list[Problem] = []
-
-    if "nvidia-smi" in wanted and facts.errors:
-        problems.append(
-            Problem(
-                "nvidia-smi",
-                "; ".join(facts.errors),
-                "install and load the NVIDIA driver (the nvidia_driver role); after a driver "
-                "upgrade reboot; exit 15 means a GPU fell off the bus (reset or reboot the VM)",
-            )
-        )
-    if "gpu-health" in wanted:
-        problems.extend(
-            Problem("gpu-health", p, HEALTH_FIX[len("Fix: ") :]) for p in health_problems(facts)
-        )
-
-    tp = launch.tp_size
-    if "gpu-count" in wanted:
-        count, how = visible_gpu_count(facts, env)
-        if count < tp:
-            problems.append(
-                Problem(
-                    "gpu-count",
-                    f"{how}, but the launch has tp-size {tp}",
-                    f"attach all GPUs to the VM (Proxmox hostpci entries) and check `nvidia-smi -L`, "
-                    f"or lower tp-size in sglang_server_flags_override to at most {count}",
-                )
-            )
-
-    if "compute-capability" in wanted:
-        other = {
-            g.index: g.compute_cap
-            for g in facts.gpus
-            if g.compute_cap is not None and g.compute_cap != settings.compute_capability
-        }
-        if other:
-            problems.append(
-                Problem(
-                    "compute-capability",
-                    f"GPU compute capability {other} (index: cc), the lane's kernels are built for "
-                    f"{settings.compute_capability}",
-                    "run on GPUs of that architecture, or pick a lane whose kernels carry this "
-                    "one and set preflight_compute_capability to it",
-                )
-            )
-
-    if "driver" in wanted:
-        floor = settings.driver_floor
-        found = facts.driver_version
-        if found is None:
-            if not facts.errors:
-                problems.append(
-                    Problem(
-                        "driver", "nvidia-smi reported no driver version", "reinstall the driver"
-                    )
-                )
-        elif version_tuple(found) < version_tuple(floor):
-            problems.append(
-                Problem(
-                    "driver",
-                    f"driver {found} is older than {floor}, the minimum for CUDA {settings.cuda}",
-                    f"install driver >= {floor} (the nvidia_driver role's version variable) and "
-                    "reboot, or use a lane built for an older CUDA",
-                )
-            )
-
-    if "p2p" in wanted:
-        gpus = _gpus_of_launch(facts, tp)
-        not_ok = sorted(
-            {
-                link.status
-                for link in facts.p2p_read
-                if {link.gpu, link.peer} <= gpus and link.status != "OK"
-            }
-        )
-        if tp > 1 and not_ok:
-            missing = []
-            flag = launch.flag(CUSTOM_ALL_REDUCE_FLAG)
-            if flag is None or flag.value is not True:
-                missing.append(
-                    f"flag --{CUSTOM_ALL_REDUCE_FLAG} (sglang_server_flags: {CUSTOM_ALL_REDUCE_FLAG}: true)"
-                )
-            if not nccl_p2p_off(env):
-                level = env.get("NCCL_P2P_LEVEL")
-                missing.append(
-                    'NCCL_P2P_DISABLE: "1" in sglang_server_env'
-                    + (f" (NCCL_P2P_LEVEL={level} still lets NCCL try P2P)" if level else "")
-                )
-            if missing:
-                problems.append(
-                    Problem(
-                        "p2p",
-                        f"nvidia-smi topo -p2p r reports {'/'.join(not_ok)} (not OK) between the "
-                        f"{len(gpus)} GPUs of tp-size {tp}, and the launch lacks "
-                        + " and ".join(missing),
-                        "add "
-                        + " and ".join(missing)
-                        + " (or set preflight_p2p_adjust: true to have preflight add them for this run)",
-                    )
-                )
-
-    if "shm" in wanted:
-        shm = next((d for d in facts.disks if d.path == settings.shm_path), None)
-        if shm is None:
-            problems.append(
-                Problem(
-                    "shm",
-                    f"{settings.shm_path} was not measured",
-                    "run gpufacts.py facts with --disk " + settings.shm_path,
-                )
-            )
-        elif shm.measured_path != settings.shm_path:
-            problems.append(
-                Problem(
-                    "shm",
-                    f"{settings.shm_path} does not exist",
-                    "mount a tmpfs on /dev/shm (systemd does by default)",
-                )
-            )
-        elif shm.free_mib < settings.shm_min_free_mib:
-            problems.append(
-                Problem(
-                    "shm",
-                    f"{settings.shm_path} has {shm.free_mib} MiB free of {shm.size_mib} MiB, "
-                    f"below {settings.shm_min_free_mib} MiB (NCCL's SHM transport and sglang's "
-                    "inter-process tensors live there)",
-                    f"remove stale files of killed servers (/dev/shm/nccl-*, /dev/shm/sem.*) or "
-                    f"enlarge it (`mount -o remount,size=32G {settings.shm_path}`; a container: "
-                    "--shm-size)",
-                )
-            )
-
-    if "weights-disk" in wanted and settings.weights_min_gib > 0:
-        disk = next((d for d in facts.disks if d.path == settings.weights_path), None)
-        need_mib = settings.weights_min_gib * 1024
-        if disk is None:
-            problems.append(
-                Problem(
-                    "weights-disk",
-                    f"{settings.weights_path} was not measured",
-                    "run gpufacts.py facts with --disk PATH",
-                )
-            )
-        elif disk.free_mib + disk.path_mib < need_mib:
-            problems.append(
-                Problem(
-                    "weights-disk",
-                    f"{disk.measured_path} (for {settings.weights_path}) has {disk.free_mib // 1024} GiB "
-                    f"free and {disk.path_mib // 1024} GiB already under {settings.weights_path}; the "
-                    f"weights need {settings.weights_min_gib} GiB",
-                    "free space there, or point the weights directory (preflight_weights_path and "
-                    "the model role's directory) at a filesystem with room",
-                )
-            )
-
-    if "gpu-idle" in wanted and settings.require_idle and not unit_active:
-        problems.extend(
-            Problem("gpu-idle", p, IDLE_FIX[len("Fix: ") :])
-            for p in busy_problems(facts, settings.gpu_max_used_mib)
-        )
-    return problems
+    ctx = CheckContext(facts, launch, settings, unit_active)
+    return [
+        Problem(name, finding.found, finding.fix)
+        for name, check in CHECKS
+        if name in wanted
+        for finding in check(ctx)
+    ]
 
 
 def p2p_adjustments(facts: GpuFacts, launch: LaunchConfig) -> dict[str, dict[str, Any]]:
-    """Overrides that make the launch pass check ``p2p`` (for ``preflight_p2p_adjust: true``).
+    """Overrides that make the launch pass check ``p2p`` (``sglang_server_p2p_adjust: true``).
 
-    ``{"flags": {...}, "env": {...}}`` to merge into sglang_server_flags_override /
-    sglang_server_env_override; empty mappings when nothing is needed.
+    ``{"flags": {...}, "env": {...}}``, which the server's resolver (server.py) merges over the flags
+    and environment; empty mappings when nothing is needed.
     """
-    tp = launch.tp_size
-    gpus = _gpus_of_launch(facts, tp)
-    needed = tp > 1 and any(
-        link.status != "OK" for link in facts.p2p_read if {link.gpu, link.peer} <= gpus
-    )
     flags: dict[str, Any] = {}
     env: dict[str, Any] = {}
-    if needed:
-        flag = launch.flag(CUSTOM_ALL_REDUCE_FLAG)
-        if flag is None or flag.value is not True:
+    _, not_ok = _p2p_not_ok(facts, launch.tp_size)
+    if not_ok:
+        if _lacks_custom_all_reduce_off(launch):
             flags[CUSTOM_ALL_REDUCE_FLAG] = True
         if not nccl_p2p_off(dict(launch.environment)):
             env["NCCL_P2P_DISABLE"] = "1"

@@ -1,7 +1,9 @@
-"""sglang-router (the pinned Rust router from PyPI) in front of several sglang workers: the router's
-command line, the worker URLs taken from the inventory, the workers' in-flight count for a drain, and
-the Prometheus file_sd targets. The sglang_router role and playbooks/rolling.yml call these through
-``filter_plugins/sglang_router.py``; the rules live here once, with unit tests.
+"""sglang-router (the pinned Rust router from PyPI) in front of several sglang workers: the router
+resolved once (its flags, the ExecStart= through the server's launcher, the unit's checked values, its
+URLs), the worker URLs from the workers' resolved servers, the workers' in-flight count for a drain, and
+the Prometheus file_sd targets. The sglang_router and sglang_rolling roles call these through
+``filter_plugins/sglang_router.py``; the rules live here once, with unit tests. The quoting, loopback
+test, exposure rule, secret-flag list and launcher are the server's (module_utils/sglang_deploy_host).
 
 Checked against sglang-router 0.3.2 (``python -m sglang_router.launch_router --help`` and its HTTP
 API): ``--worker-urls URL...``, ``--policy {random,round_robin,cache_aware,power_of_two,manual}``,
@@ -14,69 +16,26 @@ background), all behind the router's API key; ``/health``, ``/liveness`` and ``/
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from sglang_deploy_host import endpoint
+from sglang_deploy_host import endpoint, sglang_launcher, systemd
 
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
 """sglang-router 0.3.2's --policy choices."""
 
-SECRET_FLAGS = frozenset(
-    {"api-key", "control-plane-api-keys", "oracle-password", "postgres-db-url", "redis-url", "client-key-path"}
-)
-"""Flags whose value is a secret (or a URL that usually carries one): never in the unit's argv."""
-
-DEFAULT_WORKER_PORT = 30000
-"""sglang's own --port default, used when a worker's flags name no port."""
+MODULE = "sglang_router.launch_router"
+API_KEY_ENV = "SGLANG_ROUTER_API_KEY"
+"""The env file variable holding sglang_router_api_key; the launcher hands it over as --api-key."""
+# sglang-router writes no Python output of its own; colours are stripped by the launcher (--strip-ansi).
+ENVIRONMENT = (("PYTHONUNBUFFERED", "1"), ("NO_COLOR", "1"), ("RUST_LOG_STYLE", "never"))
+STATES = ("started", "stopped", "installed")
 
 
 class RouterConfigError(ValueError):
     """A router setting that cannot be turned into a safe command line."""
-
-
-def _bracket(address: str) -> str:
-    try:
-        if isinstance(ipaddress.ip_address(address), ipaddress.IPv6Address):
-            return f"[{address}]"
-    except ValueError:
-        pass
-    return address
-
-
-# The variables of a worker host its URL is made of (the filters read only these).
-WORKER_URL_VARS = (
-    "sglang_router_worker_url", "sglang_server_flags", "sglang_server_flags_override",
-    "sglang_server_profile", "sglang_server_profiles", "sglang_router_worker_address", "ansible_host",
-)  # fmt: skip
-
-
-def worker_url(hostname: str, host_vars: Mapping[str, Any]) -> str:
-    """A worker's URL as the router reaches it: its ``sglang_router_worker_url`` when set, else
-    ``http://<ansible_host or name>:<port>`` with the port of its merged sglang_server flags."""
-    explicit = host_vars.get("sglang_router_worker_url")
-    if explicit:
-        return checked_worker_url(str(explicit).rstrip("/"), f"{hostname}: sglang_router_worker_url")
-    # The port alone, the override first, then the launch profile: the flags' other values need not
-    # template here.
-    override = host_vars.get("sglang_server_flags_override") or {}
-    profile = host_vars.get("sglang_server_profile") or ""
-    profiles = host_vars.get("sglang_server_profiles") or {}
-    profiled = (profiles.get(profile) or {}) if isinstance(profiles, Mapping) else {}
-    if "port" in override:
-        port = override["port"]
-    elif "port" in profiled:
-        port = profiled["port"]
-    else:
-        port = (host_vars.get("sglang_server_flags") or {}).get("port")
-    port = DEFAULT_WORKER_PORT if port is None else port
-    if isinstance(port, bool) or not str(port).isdigit() or not 1 <= int(port) <= 65535:
-        raise RouterConfigError(f"{hostname}: worker port {port!r} is not a port (1-65535)")
-    address = str(host_vars.get("sglang_router_worker_address") or host_vars.get("ansible_host") or hostname)
-    return f"http://{_bracket(address)}:{int(port)}"
 
 
 def checked_worker_url(url: str, what: str) -> str:
@@ -88,30 +47,50 @@ def checked_worker_url(url: str, what: str) -> str:
         raise RouterConfigError(f"{what}: {err}") from None
 
 
-def worker_urls(hostnames: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """One URL per worker host, in inventory order; two hosts with one URL is a mistake."""
-    urls = [worker_url(name, hostvars.get(name) or {}) for name in hostnames]
+def worker_urls(resolved: Mapping[str, Any]) -> list[str]:
+    """One URL per worker host (host -> its published ``sglang_server_resolved``), in the given order;
+    a host not resolved in this run or an earlier one (the fact cache) is named with the fix."""
+    urls: list[str] = []
+    for host, server in resolved.items():
+        if not isinstance(server, Mapping) or "endpoint" not in server:
+            raise RouterConfigError(
+                f"worker {host} has no resolved server (sglang_server_resolved): it was outside --limit and "
+                "no earlier run cached it. Fix: run `sglang-deploy validate -i INVENTORY` once "
+                "without --limit"
+            )
+        urls.append(str(server["endpoint"]["worker_url"]))
     duplicates = sorted({u for u in urls if urls.count(u) > 1})
     if duplicates:
         raise RouterConfigError(f"several workers share a URL: {', '.join(duplicates)}")
     return urls
 
 
-def _systemd_word(word: str) -> str:
-    """One argv word quoted for ExecStart= (double quotes, with systemd's escapes)."""
-    if any(c in word for c in "\n\r\0"):
-        raise RouterConfigError(f"a router argument holds a control character: {word!r}")
-    escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
-    return f'"{escaped}"'
+def router_endpoints(resolved: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """Router name -> ``{url, metrics}`` as the router host itself reaches them, from each router's
+    published ``sglang_router_resolved`` (host -> resolution); a router never resolved is named."""
+    endpoints: dict[str, dict[str, str]] = {}
+    for host, router in resolved.items():
+        if not isinstance(router, Mapping) or "url" not in router:
+            raise RouterConfigError(
+                f"router {host} has no resolved router (sglang_router_resolved): it was outside --limit and no "
+                "earlier run cached it. Fix: run `sglang-deploy validate -i INVENTORY` once without --limit"
+            )
+        endpoints[host] = {"url": str(router["url"]), "metrics": str(router["metrics_url"])}
+    return endpoints
 
 
 def flag_argv(flags: Mapping[str, Any]) -> list[str]:
     """A flag mapping (name -> value; True = bare switch; False/None = left out; list = several
     values) as router argv, in the mapping's order. Secret flags are refused."""
-    argv: list[str] = []
+    return [word for group in flag_groups(flags) for word in group]
+
+
+def flag_groups(flags: Mapping[str, Any]) -> list[list[str]]:
+    """:func:`flag_argv`, one list of words per flag (one ExecStart= continuation line each)."""
+    groups: list[list[str]] = []
     for raw_name, value in flags.items():
         name = str(raw_name).removeprefix("--").replace("_", "-")
-        if name in SECRET_FLAGS:
+        if name in endpoint.SECRET_FLAGS:
             raise RouterConfigError(
                 f"--{name} must not be a flag: a secret in argv is visible to every local user "
                 "(the API key is sglang_router_api_key, handed over in-process)"
@@ -119,26 +98,27 @@ def flag_argv(flags: Mapping[str, Any]) -> list[str]:
         if value is None or value is False:
             continue
         if value is True:
-            argv.append(f"--{name}")
+            groups.append([f"--{name}"])
         elif isinstance(value, (list, tuple)):
-            if not value:
-                continue
-            argv.append(f"--{name}")
-            argv.extend(str(v) for v in value)
+            if value:
+                groups.append([f"--{name}", *(str(v) for v in value)])
         elif isinstance(value, Mapping):
             raise RouterConfigError(f"--{name}: a mapping is not a flag value")
         else:
             if isinstance(value, float) and not math.isfinite(value):
                 raise RouterConfigError(f"--{name}: {value} is not a number a router accepts")
-            argv.extend([f"--{name}", str(value)])
-    return argv
+            groups.append([f"--{name}", str(value)])
+    for group in groups:
+        if any(c in word for word in group for c in "\n\r\0"):
+            raise RouterConfigError(f"a router argument holds a control character: {group!r}")
+    return groups
 
 
 def router_flags(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The role's settings (without the sglang_router_ prefix) as the router's flags."""
     policy = settings["policy"]
     if policy not in POLICIES:
-        raise RouterConfigError(f"policy {policy!r} is not one of {', '.join(POLICIES)}")
+        raise RouterConfigError(f"sglang_router_policy {policy!r} is not one of {', '.join(POLICIES)}")
     urls = [checked_worker_url(str(url), "sglang_router_worker_urls") for url in settings["worker_urls"]]
     if not urls:
         raise RouterConfigError("no worker URLs: the worker group is empty and sglang_router_worker_urls is []")
@@ -168,29 +148,68 @@ def router_flags(settings: Mapping[str, Any]) -> dict[str, Any]:
     return flags
 
 
-def exec_args(settings: Mapping[str, Any]) -> str:
-    """The router's argv for ExecStart=, each word quoted for systemd."""
-    return " ".join(_systemd_word(w) for w in flag_argv(router_flags(settings)))
+def exposure_problem(host: str, port: Any, api_key: str, allow_unauthenticated: bool) -> str | None:
+    """Why this router would be an open endpoint, or None (the server's rule, endpoint.py)."""
+    return endpoint.exposure_problem(
+        "the router", host, port, has_key=bool(api_key), allowed=allow_unauthenticated,
+        key_var="sglang_router_api_key", bind_var="sglang_router_host", allow_var="sglang_router_allow_unauthenticated",
+    )  # fmt: skip
 
 
-def is_loopback(address: str) -> bool:
-    if address in ("localhost", ""):
-        return address == "localhost"
+def resolve(settings: Mapping[str, Any], unit: Mapping[str, Any], *, host: str, api_key: str) -> dict[str, Any]:
+    """The router of ``host`` resolved once (published as ``sglang_router_resolved``; no secret in it).
+
+    ``settings``: the role's variables without the prefix (worker_urls already resolved, state,
+    allow_unauthenticated, venv, metrics_address, file_sd_path too); ``unit``: the unit's values for
+    systemd.unit_settings. Returns flags, the ExecStart= (the server's launcher, which hands the key
+    over in-process and strips the router's colour codes), the environment, the unit's checked values,
+    and how the host itself (url, metrics_url) and Prometheus (metrics_target) reach it.
+    """
     try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
+        return _resolve(settings, unit, host, api_key)
+    except (RouterConfigError, systemd.UnitValueError, ValueError) as err:
+        raise RouterConfigError(f"host {host}: {err}") from None
 
 
-def exposure_problem(host: str, api_key: str, allow_unauthenticated: bool) -> str | None:
-    """Why this router would be an open endpoint, or None."""
-    if api_key or allow_unauthenticated or is_loopback(host):
-        return None
-    return (
-        f"the router would listen on {host} without an API key: anyone who reaches it can generate and "
-        "add or remove workers. Set sglang_router_api_key (vault), bind 127.0.0.1, or set "
-        "sglang_router_allow_unauthenticated: true on purpose"
+def _resolve(settings: Mapping[str, Any], unit_values: Mapping[str, Any], host: str, api_key: str) -> dict[str, Any]:
+    if settings["state"] not in STATES:
+        raise RouterConfigError(f"sglang_router_state {settings['state']!r} is not one of {', '.join(STATES)}")
+    if api_key:
+        problem = endpoint.api_key_problem(api_key, "sglang_router_api_key")
+        if problem:
+            raise RouterConfigError(problem)
+    port = endpoint.port_number(settings["port"], "sglang_router_port")
+    metrics_port = endpoint.port_number(settings["prometheus_port"], "sglang_router_prometheus_port")
+    problem = exposure_problem(str(settings["host"]), port, api_key, bool(settings["allow_unauthenticated"]))
+    if problem:
+        raise RouterConfigError(problem)
+    flags = router_flags(settings)
+    groups = flag_groups(flags)
+    unit = systemd.unit_settings(dict(unit_values), prefix="sglang_router_")
+    env_flags = [("api-key", API_KEY_ENV)] if api_key else []
+    head = sglang_launcher.command_line(
+        f"{settings['venv']}/bin/python3", f"{unit['libexec_dir']}/sglang_launcher.py", MODULE, env_flags, [], strip_ansi=True
     )
+    metrics_host = str(settings["prometheus_host"])
+    return {
+        "host": host,
+        "flags": flags,
+        "argv": head + [word for group in groups for word in group],
+        "exec_start": systemd.exec_start(head, groups),
+        "environment_assignments": [systemd.environment_assignment(k, v) for k, v in ENVIRONMENT],
+        "unit": unit,
+        "worker_urls": list(flags["worker-urls"]),
+        "url": f"http://{endpoint.client_host(str(settings['host']))}:{port}",
+        "metrics_url": f"http://{endpoint.client_host(metrics_host)}:{metrics_port}/metrics",
+        "metrics_target": f"{endpoint.url_host(str(settings['metrics_address'] or host))}:{metrics_port}",
+        "file_sd_path": str(settings["file_sd_path"]),
+        "api_key_env": API_KEY_ENV if api_key else None,
+    }
+
+
+def env_file_lines(api_key: str) -> list[str]:
+    """The router's 0600 EnvironmentFile=: its API key, for the launcher."""
+    return [systemd.env_file_line(API_KEY_ENV, api_key)] if api_key else []
 
 
 def in_flight(load: Any) -> int:
@@ -253,26 +272,16 @@ def circuits_closed(urls: list[str], metrics_text: str) -> bool:
     return all(states.get(url.rstrip("/"), 0) == 0 for url in urls)
 
 
-def _target(url_or_host: str, port: Any = None) -> str:
-    if port is None:
-        rest = url_or_host.split("://", 1)[-1]
-        return rest.split("/", 1)[0]
-    return f"{_bracket(url_or_host)}:{int(port)}"
-
-
 def file_sd(
-    workers: Mapping[str, str],
-    routers: Mapping[str, tuple[str, Any]],
-    labels: Mapping[str, str] | None = None,
+    workers: Mapping[str, str], routers: Mapping[str, str], labels: Mapping[str, str] | None = None
 ) -> list[dict[str, Any]]:
     """Prometheus file_sd groups: each worker (name -> URL; sglang serves /metrics on its own port
-    with --enable-metrics) and each router's metrics port (name -> (address, port))."""
+    with --enable-metrics) and each router's metrics endpoint (name -> ``address:port``)."""
     common = dict(labels or {})
     groups: list[dict[str, Any]] = []
     for name, url in workers.items():
-        groups.append({"targets": [_target(url)], "labels": {**common, "job": "sglang-worker", "instance_name": name}})
-    for name, (address, port) in routers.items():
-        groups.append(
-            {"targets": [_target(address, port)], "labels": {**common, "job": "sglang-router", "instance_name": name}}
-        )
+        target = url.split("://", 1)[-1].split("/", 1)[0]
+        groups.append({"targets": [target], "labels": {**common, "job": "sglang-worker", "instance_name": name}})
+    for name, target in routers.items():
+        groups.append({"targets": [target], "labels": {**common, "job": "sglang-router", "instance_name": name}})
     return groups

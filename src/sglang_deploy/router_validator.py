@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from sglang_deploy.validator import ValidatorError, cache_root, exclusive_lock, new_staging, run_step, say, swap_in
+from sglang_deploy.validator_venv import ValidatorError, cache_root, exclusive_lock, new_staging, run_step, say, swap_in
 
 # What the probe prints for a clean parse; argparse's error text otherwise.
 _PROBE = r"""

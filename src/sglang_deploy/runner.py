@@ -31,7 +31,7 @@ from rich.table import Table
 
 from sglang_deploy import testreport
 # Lines of the validator's progress in Ansible's output start with it.
-from sglang_deploy.validator import PROGRESS_PREFIX
+from sglang_deploy.validator_venv import PROGRESS_PREFIX
 
 # Events that close a task on one host, and the counter each one bumps.
 _RESULT_EVENTS = {

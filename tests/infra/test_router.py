@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 
 import pytest
 
@@ -25,13 +27,13 @@ ENV_FILE = f"/etc/{UNIT}/{UNIT}.env"
 
 # Runs on the host with its python3: GET/POST to the router with the key from the env file.
 _CLIENT = r"""
-import json, sys, urllib.request, urllib.error
+import json, shlex, sys, urllib.request, urllib.error
 method, url, env_file, body = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 key = ""
 try:
     for line in open(env_file):
         if line.startswith("SGLANG_ROUTER_API_KEY="):
-            key = json.loads(line.split("=", 1)[1])
+            key = shlex.split(line.split("=", 1)[1])[0]  # systemd EnvironmentFile= quoting
 except OSError:
     pass
 headers = {"Content-Type": "application/json"}
@@ -72,6 +74,25 @@ def test_unit_is_running_as_its_own_user(host, is_router) -> None:  # type: igno
         assert directive in unit_text
 
 
+# The server unit's limit (tests/infra/test_sglang_unit.py): the router's unit is hardened the same way.
+MAX_EXPOSURE = 3.0
+
+
+def test_systemd_verifies_and_rates_the_unit_hardened(host, is_router) -> None:  # type: ignore[no-untyped-def]
+    verify = host.run(f"systemd-analyze verify --man=no /etc/systemd/system/{UNIT}.service 2>&1")
+    assert verify.rc == 0 and verify.stdout.strip() == "", verify.stdout
+    result = host.run(f"systemd-analyze security --no-pager {UNIT}.service 2>&1")
+    level = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", result.stdout)
+    assert level and float(level.group(1)) <= MAX_EXPOSURE, result.stdout[-2000:]
+
+
+def test_the_journal_has_no_colour_codes(host, is_router) -> None:  # type: ignore[no-untyped-def]
+    """The router colours its log whatever NO_COLOR says; the launcher's --strip-ansi removes it."""
+    journal = host.check_output("journalctl -u %s --no-pager -o cat", UNIT)
+    assert journal.strip(), "the router logged nothing"
+    assert "\x1b[" not in journal, [line for line in journal.splitlines() if "\x1b[" in line][:3]
+
+
 def test_env_file_is_root_only_and_key_not_in_argv(host, is_router) -> None:  # type: ignore[no-untyped-def]
     env = host.file(ENV_FILE)
     assert env.user == "root" and env.mode == 0o600
@@ -80,7 +101,8 @@ def test_env_file_is_root_only_and_key_not_in_argv(host, is_router) -> None:  # 
     assert "--api-key" not in argv
     key_line = [line for line in host.check_output("cat %s", ENV_FILE).splitlines() if line.startswith("SGLANG_ROUTER_API_KEY=")]
     if key_line:
-        key = json.loads(key_line[0].split("=", 1)[1])
+        # systemd's EnvironmentFile= quoting (module_utils systemd.env_file_line), read as a shell would
+        key = shlex.split(key_line[0].split("=", 1)[1])[0]
         assert key not in argv
         assert key not in host.check_output("journalctl -u %s --no-pager -o cat", UNIT)
 

@@ -3,6 +3,7 @@ sglang HTTP stand-in as a process."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -25,6 +26,20 @@ from seed_004 import (  # noqa: E402,F401  (re-exported for tests)
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = ROOT / "tests" / "standin" / "sglang_server_standin.py"
 PROFILE = ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers" / "sglang_server.yml"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_fact_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Each pytest process (scripts/test runs two, pytest-xdist) gets its own Ansible fact cache: the
+    project's ansible.cfg caches facts as JSON files in .cache/facts, and two Ansible runs writing and
+    reading the same host's file at once can read it half-written (Ansible then deletes it and fails)."""
+    old = os.environ.get("ANSIBLE_CACHE_PLUGIN_CONNECTION")
+    os.environ["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(tmp_path_factory.mktemp("ansible-facts"))
+    yield
+    if old is None:
+        os.environ.pop("ANSIBLE_CACHE_PLUGIN_CONNECTION", None)
+    else:
+        os.environ["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = old
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,7 @@ import pytest
 from conftest import ROOT
 from conftest import StandinProcess as Standin
 
-from sglang_deploy import bench, cli, validator
+from sglang_deploy import bench, cli, validator_venv
 from sglang_deploy.lanes import DEFAULT_LANE, load_lane
 from sglang_deploy_host import bench as host_bench
 
@@ -291,12 +291,12 @@ def test_inventory_command_end_to_end(serve: Any, tokenizer: str, tmp_path: Path
     site.mkdir()
     (site / "sitecustomize.py").write_text(
         "import importlib.util\n"
-        f"spec = importlib.util.spec_from_file_location('_validator_probe', {str(validator._PROBE)!r})\n"
+        f"spec = importlib.util.spec_from_file_location('_validator_probe', {str(validator_venv._PROBE)!r})\n"
         "probe = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(probe)\n"
         f"probe._install_stand_ins({[*load_lane(DEFAULT_LANE).validator.stand_ins, *bench.BENCH_STAND_INS]!r})\n"
     )
-    python = validator._venv_python(validator.ensure_validator_env(load_lane(DEFAULT_LANE)))
+    python = validator_venv._venv_python(validator_venv.ensure_validator_env(load_lane(DEFAULT_LANE)))
     inventory = tmp_path / "inventory"
     (inventory / "host_vars").mkdir(parents=True)
     (inventory / "hosts.yml").write_text(

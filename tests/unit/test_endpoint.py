@@ -50,7 +50,7 @@ def test_base_url_follows_the_launch_flags(flags: dict, url: str) -> None:
 
 
 def test_base_url_rejects_a_non_numeric_port() -> None:
-    with pytest.raises(ValueError, match="port='http'"):
+    with pytest.raises(ValueError, match="launch flag port = 'http' is not a port"):
         ep.base_url({"port": "http"})
 
 

@@ -7,43 +7,45 @@ import importlib.util
 import pytest
 from ansible.errors import AnsibleFilterError
 from conftest import ROOT
+from test_server import API_KEY, inputs
 
-from sglang_deploy.launch import LaunchConfig
+from sglang_deploy import server
 
 spec = importlib.util.spec_from_file_location("plugin", ROOT / "filter_plugins" / "sglang_deploy.py")
 plugin = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(plugin)
 
 
-def test_filter_returns_the_model_as_data(profile):
-    flags = profile["sglang_server_flags"]
-    data = plugin.sglang_launch(flags, python="/p/python3", allow_unauthenticated=True, host="h1")
-    assert data == LaunchConfig.from_vars(flags, python="/p/python3").to_dict()
+def test_resolve_returns_the_package_result_as_data() -> None:
+    data = plugin.sglang_server_resolve(inputs(), host="h1")
+    assert data == server.resolve(server.ServerInputs.from_vars(inputs()), host="h1").to_dict()
 
 
-def test_filter_refuses_an_open_endpoint_naming_the_host(profile):
+def test_resolve_errors_name_the_host() -> None:
     with pytest.raises(AnsibleFilterError, match=r"^host h1: the server binds 0.0.0.0:8000"):
-        plugin.sglang_launch(profile["sglang_server_flags"], python="/p/python3", host="h1")
-
-
-def test_filter_error_names_the_host():
+        plugin.sglang_server_resolve(inputs(api_key=""), host="h1")
     with pytest.raises(AnsibleFilterError, match=r"^host gpu-07: sglang_server_flags: 'tp-size'"):
-        plugin.sglang_launch({"tp": 8, "tp-size": 8}, python="/p/python3", host="gpu-07")
+        plugin.sglang_server_resolve(inputs(flags_override={"tp": 8}), host="gpu-07")
+    with pytest.raises(AnsibleFilterError, match=r"^host gpu-07: unknown server inputs"):
+        plugin.sglang_server_resolve({**inputs(), "typo": 1}, host="gpu-07")
 
 
-def test_env_file_lines():
+def test_secrets_hold_the_key_for_the_env_file_only() -> None:
+    assert plugin.sglang_server_secrets(inputs(), host="h1") == {"SGLANG_API_KEY": API_KEY}
+
+
+def test_env_file_lines_and_api_key_problem() -> None:
     assert plugin.sglang_env_file_lines({"SGLANG_API_KEY": "k"}) == ["SGLANG_API_KEY='k'"]
     with pytest.raises(AnsibleFilterError, match="host h: sglang_server_secret_env"):
         plugin.sglang_env_file_lines({"BAD NAME": "k"}, host="h")
-    assert set(plugin.FilterModule().filters()) == {
-        "sglang_launch", "sglang_profile_flags", "sglang_api_key_problem", "sglang_env_file_lines",
-        "sglang_unit_settings", "sglang_path_component", "sglang_redact",
-    }
     assert plugin.sglang_api_key_problem("0123456789abcdef", "sglang_server_api_key") == ""
     assert "sglang_server_api_key holds '\\t'" in plugin.sglang_api_key_problem("abc\tdef", "sglang_server_api_key")
-    with pytest.raises(AnsibleFilterError, match=r"^host h: sglang_server_profile 'x' is not one of"):
-        plugin.sglang_profile_flags({"port": 8000}, "x", {"tuned": {}}, host="h")
-    assert plugin.sglang_profile_flags({"port": 8000}, "tuned", {"tuned": {"port": 9000}}) == {"port": 9000}
+    assert plugin.sglang_bearer_headers("k1") == {"Authorization": "Bearer k1"}
+    assert plugin.sglang_bearer_headers("") == {}
+    assert set(plugin.FilterModule().filters()) == {
+        "sglang_server_resolve", "sglang_server_secrets", "sglang_env_file_lines", "sglang_api_key_problem",
+        "sglang_bearer_headers", "sglang_path_component", "sglang_redact",
+    }  # fmt: skip
 
 
 def test_redact_masks_every_secret_longest_first():

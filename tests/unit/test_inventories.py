@@ -4,6 +4,7 @@ and both pass `sglang-deploy validate` (the server's and the router's pinned par
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,14 +13,38 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-PROFILE_FILES = ("sglang_server.yml", "profiles.yml", "hf_model.yml", "ml_env.yml", "nvidia_cuda.yml")
+PROXMOX_PROFILE = ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers"
+PROFILE_FILES = ("sglang_server.yml", "profiles.yml", "hf_model.yml", "nvidia_cuda.yml")
 
 
 @pytest.mark.parametrize("name", PROFILE_FILES)
-def test_the_multi_host_workers_serve_the_proxmox_profile(name: str):
-    proxmox = ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers" / name
+def test_the_multi_host_workers_link_the_proxmox_profile(name: str):
+    """One way to share the profile: a link, never a copy that drifts."""
     multi = ROOT / "inventory" / "multi_host" / "group_vars" / "sglang_servers" / name
-    assert multi.read_text() == proxmox.read_text(), f"{multi} differs from {proxmox}: copy it again"
+    assert multi.is_symlink() and multi.resolve() == (PROXMOX_PROFILE / name).resolve(), f"{multi} must link to {PROXMOX_PROFILE / name}"
+
+
+@pytest.mark.parametrize("inventory", ["device", "rehearsal"])
+def test_the_other_inventories_link_the_whole_profile(inventory: str):
+    linked = ROOT / "inventory" / inventory / "group_vars" / "sglang_servers"
+    assert linked.is_symlink() and linked.resolve() == PROXMOX_PROFILE.resolve()
+
+
+@pytest.mark.parametrize("inventory", ["proxmox", "multi_host", "device", "rehearsal"])
+def test_every_inventory_defines_the_api_key_once(inventory: str):
+    """Once for all hosts (group_vars, read through the linked profile folders as Ansible reads them); a
+    host may replace it on purpose (the rehearsal's generated key stands in for the vault)."""
+    files = sorted(Path(top) / name for top, _, names in os.walk(ROOT / "inventory" / inventory / "group_vars", followlinks=True)
+                   for name in names if name.endswith(".yml"))  # fmt: skip
+    defining = [str(f.relative_to(ROOT)) for f in files if re.search(r"^sglang_server_api_key:", f.read_text(), re.M)]
+    assert len(defining) == 1, defining
+
+
+def test_the_lane_is_set_once_as_sglang_common_lane():
+    """The ml-env's lock and the flags' parser come from one variable (roles/sglang_common)."""
+    texts = [f.read_text() for f in (ROOT / "inventory").rglob("*.yml")]
+    assert not any(re.search(r"^(sglang_server_lane|ml_env_lane|preflight_lane):", t, re.M) for t in texts)
+    assert any(re.search(r"^sglang_common_lane: cu128$", t, re.M) for t in texts)
 
 
 def _validate(inventory: Path) -> subprocess.CompletedProcess[str]:

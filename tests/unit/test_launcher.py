@@ -180,3 +180,21 @@ def test_a_key_that_sglang_prints_escaped_is_masked_in_every_form(standin: Path,
         assert form not in log, (form, log)
     # What is left around the masks is the program's own text, not a piece of the key.
     assert b"key-0123" not in log
+
+
+def test_strip_ansi_keeps_the_journal_plain_and_still_masks(standin: Path) -> None:
+    """The router colours its log whatever NO_COLOR says; --strip-ansi (the router unit's) removes the
+    codes, also between a secret's characters, before the mask looks for it."""
+    masker = Masker([KEY.encode()], strip_ansi=True)
+    coloured = b"\x1b[2m2026-12-01\x1b[0m \x1b[32m INFO\x1b[0m key " + KEY[:4].encode() + b"\x1b[1m" + KEY[4:].encode() + b"\n"
+    assert masker.feed(coloured) + masker.flush() == b"2026-12-01  INFO key " + MASK + b"\n"
+    # through the real launcher: a module without secrets but with colours is relayed, plain
+    module = standin / "colour_mod.py"
+    module.write_text("import sys\nprint('\\x1b[33mWARN\\x1b[0m plain', flush=True)\nprint('\\x1b[1;31merr\\x1b[0m', file=sys.stderr)\n")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(standin)}
+    argv = [sys.executable, str(LAUNCHER), "--module", "colour_mod", "--strip-ansi", "--"]
+    done = subprocess.run(argv, env=env, capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"WARN plain\n" and done.stderr == b"err\n"
+    plain = subprocess.run(argv[:-2] + ["--"], env=env, capture_output=True, timeout=60, check=False)
+    assert b"\x1b[33m" in plain.stdout  # without the switch the module's output is untouched

@@ -72,7 +72,7 @@ def test_committed_locks_pin_the_lane_with_hashes(name: str) -> None:
 
 
 def test_cu128_lock_resolves_the_checked_stack() -> None:
-    """DESIGN.md: 182 packages, flashinfer 0.6.7.post3, triton 3.5.1, nccl 2.27.5."""
+    """docs/architecture.md, "Stack lanes": 182 packages, flashinfer 0.6.7.post3, triton 3.5.1, nccl 2.27.5."""
     pins = lockfile.pins(lock.lock_path(lock.targets(load_lane("cu128"))[0]).read_text())
     assert len(pins) == 182
     assert pins["flashinfer-python"] == "0.6.7.post3"

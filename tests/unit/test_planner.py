@@ -260,7 +260,7 @@ PROBE = textwrap.dedent(
 @pytest.mark.slow
 def test_sglang_default_matches_the_pinned_sglangs_own_code() -> None:
     from sglang_deploy.lanes import load_lane
-    from sglang_deploy.validator import ensure_validator_env
+    from sglang_deploy.validator_venv import ensure_validator_env
 
     lane = load_lane("cu128")
     env = ensure_validator_env(lane)
@@ -390,11 +390,11 @@ def plan_command_args(*argv: str) -> object:
     return parser.parse_args(["plan", *argv])
 
 
-# --- role integration: roles/sglang_server/tasks/memory_plan.yml, run by real Ansible ----------------
+# --- role integration: roles/sglang_server/tasks/resolve.yml, run by real Ansible --------------------
 def run_role_tasks(
     tmp_path: Path, fraction: object, unsafe_ok: bool = False, weights_gib: float = 60.95
 ) -> subprocess.CompletedProcess[str]:
-    """The role's memory_plan.yml on this machine, with the nvidia-smi stand-in replaying the 8-GPU box
+    """The role's resolve.yml on this machine, with the nvidia-smi stand-in replaying the 8-GPU box
     while a server holds ~93 GB per GPU (its own memory must not change the plan: idempotence)."""
     standin_bin = tmp_path / "bin"
     standin_bin.mkdir(exist_ok=True)
@@ -414,10 +414,9 @@ def run_role_tasks(
             "sglang_server_mem_fraction_unsafe_ok": unsafe_ok,
         },
         "tasks": [
-            {"name": "Plan", "ansible.builtin.include_role": {
-                "name": "sglang_server", "tasks_from": "memory_plan", "public": True}},
+            {"name": "Resolve", "ansible.builtin.include_role": {"name": "sglang_server", "tasks_from": "resolve"}},
             {"name": "Show the launch", "ansible.builtin.debug": {
-                "msg": "ARGV {{ __sglang_server_launch.flag_argv | join(' ') }}"}},
+                "msg": "ARGV {{ sglang_server_resolved.launch.flag_argv | join(' ') }}"}},
         ],
     }]
     playbook = tmp_path / "play.yml"
@@ -469,8 +468,8 @@ def test_role_tasks_fail_an_unsafe_fraction_with_the_planners_explanation(tmp_pa
 def test_doctor_filter_reads_a_journal_text() -> None:
     import importlib.util
 
-    path = ROOT / "filter_plugins" / "sglang_plan.py"
-    spec = importlib.util.spec_from_file_location("sglang_plan", path)
+    path = ROOT / "filter_plugins" / "sglang_doctor.py"
+    spec = importlib.util.spec_from_file_location("sglang_doctor", path)
     assert spec is not None and spec.loader is not None
     plugin = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(plugin)
@@ -478,8 +477,10 @@ def test_doctor_filter_reads_a_journal_text() -> None:
     findings = plugin.sglang_doctor(journal.read_text(), {"recommended_mem_fraction_static": 0.91})
     assert [f["id"] for f in findings] == ["cuda-graph-oom", "memory-fragmentation"]
     assert "0.91" in findings[0]["fix"]
-    with pytest.raises(plugin.AnsibleFilterError, match="host h1: memory plan: no GPU memory size"):
-        plugin.sglang_memory_plan({"mem-fraction-static": "auto"}, None, {}, host="h1")
+    from sglang_deploy import server
+
+    with pytest.raises(planner.PlanError, match="no GPU memory size"):
+        server.plan_for_flags({"mem-fraction-static": "auto"}, gpu_facts=None, plan_vars={}, lane="cu128")
 
 
 def test_plan_takes_gpu_memory_and_sm_from_gpu_facts(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -269,6 +270,15 @@ def test_gpu_checks_leave_out_the_disk(profile: dict[str, Any]) -> None:
     )
 
 
+def test_every_check_has_exactly_one_table_row() -> None:
+    table = [name for name, _ in preflight.CHECKS]
+    assert Counter(table) == Counter(preflight.ALL_CHECKS)
+    assert sorted(Counter(table).values()) == [1] * len(table)
+    assert table == list(preflight.ALL_CHECKS)  # the table's order is the order of the problems
+    functions = [check for _, check in preflight.CHECKS]
+    assert len(set(functions)) == len(functions)  # one function per check
+
+
 def test_unknown_check_is_refused(profile: dict[str, Any]) -> None:
     with pytest.raises(preflight.PreflightError, match="unknown checks"):
         preflight.evaluate(facts_of("h200-1gpu"), launch(profile), SETTINGS, checks=["gpu-cout"])
@@ -308,12 +318,8 @@ def role_settings(**overrides: Any) -> dict[str, Any]:
 def role_launch(
     profile: dict[str, Any], env_override: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    return {
-        "flags": profile["sglang_server_flags"],
-        "flags_override": {},
-        "env": profile["sglang_server_env"],
-        "env_override": env_override or {},
-    }
+    # As the role passes them: the server's resolved flags and environment (nothing merged by preflight).
+    return {"flags": profile["sglang_server_flags"], "env": {**profile["sglang_server_env"], **(env_override or {})}}
 
 
 def test_filter_messages_name_the_host(profile: dict[str, Any]) -> None:
@@ -347,15 +353,3 @@ def test_filter_bad_lane_names_host() -> None:
         preflight_filters.preflight_problems(
             {}, {"flags": {}}, role_settings(lane="cu999"), host="h"
         )
-
-
-def test_filter_adjustments(profile: dict[str, Any]) -> None:
-    facts = facts_of("rtx-pro-6000-8gpu-passthrough").to_dict()
-    assert preflight_filters.preflight_p2p_adjustments(
-        facts, role_launch(profile), role_settings()
-    ) == {
-        "flags": {},
-        "env": {}
-        if profile["sglang_server_env"].get("NCCL_P2P_DISABLE") == "1"
-        else {"NCCL_P2P_DISABLE": "1"},
-    }

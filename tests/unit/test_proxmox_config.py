@@ -1,6 +1,7 @@
 """The Proxmox layer's logic on plain data: module_utils/sglang_deploy_host/pve.py (the VM as PVE keys, the
-diff, privileges, GPU users), pcidev.py (vfio readiness from sysfs) and blockdev.py (what counts as blank).
-The role end to end against fakepve is tests/unit/test_proxmox_vm_role.py."""
+diff, privileges, GPU users), pve_plan.py (the planner on a stand-in API), pcidev.py (vfio readiness from
+sysfs) and blockdev.py (what counts as blank). The role end to end against fakepve is
+tests/unit/test_proxmox_vm_role.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from sglang_deploy_host import blockdev, pcidev, pve
+from sglang_deploy_host import blockdev, pcidev, pve, pve_plan
 
 PROFILE = ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers" / "proxmox_vm.yml"
 # Made by ssh-keygen (the role checks each key whole: one line, a known type, the blob laid out as that type).
@@ -23,24 +24,28 @@ KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIARYx9Qe9VCGOEWtIE8jmTZ7mSRLq/Nbc8Ghl
 KEY_DATA = KEY.split()[1]
 
 
+# The VM as the role's variables give it (sglang_pve_plan's vm option).
+VM: dict[str, Any] = {
+    "vmid": 4101,
+    "name": "glm5-01",
+    "image": "local:import/debian-12-genericcloud-amd64.qcow2",
+    "storage": "local-lvm",
+    "root_disk_gib": 128,
+    "weights_disk_slot": "scsi1",
+    "weights_disk_storage": "",
+    "weights_disk_gib": 1024,
+    "weights_disk_serial": "sglang-weights",
+    "weights_disk_backup": False,
+    "sockets": 2,
+    "cores": 32,
+    "memory_mib": 786432,
+    "gpus": [f"rtx-pro-6000-{i}" for i in range(8)],
+    "ci_ssh_keys": [KEY],
+}
+
+
 def spec(**changes: Any) -> pve.VmSpec:
-    base: dict[str, Any] = {
-        "vmid": 4101,
-        "name": "glm5-01",
-        "image": "local:import/debian-12-genericcloud-amd64.qcow2",
-        "storage": "local-lvm",
-        "root_disk_gib": 128,
-        "weights_disk_slot": "scsi1",
-        "weights_disk_storage": "",
-        "weights_disk_gib": 1024,
-        "weights_disk_serial": "sglang-weights",
-        "weights_disk_backup": False,
-        "sockets": 2,
-        "cores": 32,
-        "memory_mib": 786432,
-        "gpus": pve.parse_gpus([f"rtx-pro-6000-{i}" for i in range(8)]),
-        "ci_ssh_keys": [KEY],
-    }
+    base = {**VM, "gpus": pve.parse_gpus(VM["gpus"])}
     base.update(changes)
     return pve.VmSpec(**base)
 
@@ -392,6 +397,130 @@ def test_every_parameter_the_plan_can_produce_is_passed_by_the_role() -> None:
     produced = set(pve.create_config(full)) | set(pve.kvm_params(full.settings(with_boot=True)))
     produced |= set(pve.create_config(spec(weights_disk_slot="sata1")))
     assert produced <= passed, produced - passed
+
+
+# ------------------------------------------------------------------ pve_plan: the planner on a stand-in API
+
+NODE = "pve1"
+BDFS = [f"0000:{0x41 + i:02x}:00.0" for i in range(8)]
+
+
+class ApiFailure(Exception):
+    """The stand-in's failed call, shaped as sglang_pve_client.PveApiError (status 0: no answer)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class StandInApi:
+    """GET answers by resource, as PVE sends them (a callable answer gets the request's parameters; an
+    ApiFailure is raised); every request is recorded."""
+
+    where = "the API at https://pve.test:8006 as sglang-deploy@pve!sglang"
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        self.answers = answers
+        self.calls: list[str] = []
+
+    def get(self, resource: str, **params: Any) -> Any:
+        self.calls.append(resource)
+        answer = self.answers[resource]
+        if isinstance(answer, ApiFailure):
+            raise answer
+        return answer(**params) if callable(answer) else answer
+
+
+def node_answers(storage_type: str = "lvmthin") -> dict[str, Any]:
+    """A PVE 9 node with the image, the eight mapped GPUs, room on local-lvm, every privilege; no VM yet."""
+    granted = {
+        priv
+        for need in pve.needs(spec(), NODE, action="create", pve_major=9, download=True, restart=True, start=True)
+        for priv in need.privs
+    }
+    answers: dict[str, Any] = {
+        "version": {"version": "9.0.3"},
+        "nodes": [{"node": NODE, "status": "online"}],
+        "cluster/resources": [],
+        "access/permissions": lambda path: {path: {priv: 1 for priv in granted}},
+        f"nodes/{NODE}/storage/local/content": [{"volid": VM["image"]}],
+        f"nodes/{NODE}/hardware/pci": [{"id": bdf, "vendor": "0x10de", "device": "0x2bb1"} for bdf in BDFS],
+        f"nodes/{NODE}/storage/local-lvm/status": {
+            "active": 1,
+            "enabled": 1,
+            "content": "images,rootdir",
+            "type": storage_type,
+            "avail": 2 * 1024**4,
+        },
+    }
+    for name, bdf in zip(VM["gpus"], BDFS):
+        answers[f"cluster/mapping/pci/{name}"] = {"map": [f"node={NODE},path={bdf},id=10de:2bb1"]}
+    return answers
+
+
+def planner(api: StandInApi, vm: dict[str, Any] | None = None, **connector: Any) -> pve_plan.Planner:
+    params = {
+        "node": NODE,
+        "vm": vm or VM,
+        "state": "present",
+        "rebuild": False,
+        "destroy_weights": False,
+        "restart_allowed": False,
+        "image_url": "",
+        "inventory_hostname": "glm5-01",
+        "api_user": "sglang-deploy@pve",
+        "api_token_id": "sglang",
+        "api_password": None,
+    }
+    return pve_plan.Planner(
+        params,
+        pve_plan.Connector(
+            **{
+                "connect": lambda _params: api,
+                "error": ApiFailure,
+                "unreachable_fix": lambda where, node: f"{where} (node {node}). Fix: UNREACHABLE",
+                "credentials_fix": lambda where, node: f"{where} (node {node}). Fix: CREDENTIALS",
+                **connector,
+            }
+        ),
+    )
+
+
+@pytest.mark.parametrize("storage_type, efidisk_format", [("lvmthin", "raw"), ("dir", "qcow2")])
+def test_a_new_vm_is_planned_from_what_the_node_answers(storage_type: str, efidisk_format: str) -> None:
+    result = planner(StandInApi(node_answers(storage_type))).run()
+    assert result["action"] == "create" and not result["exists"] and result["status"] == "absent"
+    assert result["gpu_paths"] == {name: [bdf] for name, bdf in zip(VM["gpus"], BDFS)}
+    assert result["kvm_create"]["efidisk0"]["format"] == efidisk_format
+    assert result["kvm_update"] == {} and result["delete"] == "" and not result["download"]
+    assert result["notes"] == [] and result["changed"] is False
+
+
+def test_root_only_options_under_a_token_are_refused_before_logging_in() -> None:
+    def connect(_params: Any) -> Any:
+        raise AssertionError("the planner logged in")
+
+    raw = {**VM, "gpus": [{"host": BDFS[0]}]}
+    with pytest.raises(pve_plan.Refusal, match=r"^host glm5-01: VM 4101 \(glm5-01\) on node pve1: the API token "):
+        planner(StandInApi({}), raw, connect=connect).run()
+    with pytest.raises(pve_plan.Refusal, match=r"proxmoxer is missing on the control node \(No module named"):
+        planner(StandInApi({}), connect=connect, available=False, unavailable_reason="No module named 'x'").run()
+
+
+def test_api_failures_become_refusals_that_name_the_fix() -> None:
+    answers = node_answers()
+    where = re.escape(StandInApi.where)
+    for status, fix in ((0, "UNREACHABLE"), (401, "CREDENTIALS")):
+        answers["version"] = ApiFailure(status, f"{status} went wrong")
+        with pytest.raises(pve_plan.Refusal, match=f"{status} went wrong.* {where} .*Fix: {fix}$"):
+            planner(StandInApi(answers)).run()
+    answers["version"] = ApiFailure(500, "500 broken")
+    with pytest.raises(ApiFailure):  # the module reports it as "the API answered ..."
+        planner(StandInApi(answers)).run()
+    answers = node_answers()
+    answers[f"cluster/mapping/pci/{VM['gpus'][3]}"] = ApiFailure(403, "403 Permission check failed")
+    with pytest.raises(pve_plan.Refusal, match=r"GPU mapping 'rtx-pro-6000-3' \(proxmox_vm_gpus\[3\]\) cannot be"):
+        planner(StandInApi(answers)).run()
 
 
 # ------------------------------------------------------------------ pcidev: the node's sysfs

@@ -46,7 +46,10 @@ def test_multi_host_example_has_workers_and_a_router():
 def _workers_and_router(tmp_path: Path, workers: int = 3) -> Path:
     """``workers`` workers and one router, every host local (nothing is contacted before the refusal)."""
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    # One key for workers and router (the router binds 0.0.0.0 by default: resolving it needs one).
+    key = "rollout-test-key-0123456789"
     inventory = {
+        "all": {"vars": {"sglang_server_api_key": key, "sglang_router_api_key": key}},
         "sglang_servers": {"hosts": {f"w{n}": dict(local) for n in range(1, workers + 1)}},
         "sglang_routers": {"hosts": {"router-01": dict(local)}},
     }

@@ -14,6 +14,7 @@ import yaml
 from conftest import ROOT
 
 from sglang_deploy import router
+from sglang_deploy import server as server_module
 
 ROLE = ROOT / "roles" / "sglang_router"
 LOCKS = sorted((ROLE / "files" / "locks").glob("sglang-router-py*.txt"))
@@ -23,31 +24,54 @@ DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
 def _settings(**changes: object) -> dict[str, object]:
     base = {k.removeprefix("sglang_router_"): v for k, v in DEFAULTS.items()}
     base["worker_urls"] = ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]
+    base["venv"] = "/opt/sglang-deploy/router-venv"
+    base["metrics_address"] = "10.0.0.9"
     base.update(changes)
     return base
 
 
-def test_worker_url_from_flags_host_and_override():
-    assert router.worker_url("w1", {"ansible_host": "10.0.0.1", "sglang_server_flags": {"port": 8000}}) == "http://10.0.0.1:8000"
-    merged = {"ansible_host": "10.0.0.1", "sglang_server_flags": {"port": 8000}, "sglang_server_flags_override": {"port": 9000}}
-    assert router.worker_url("w1", merged) == "http://10.0.0.1:9000"
-    assert router.worker_url("w1", {}) == "http://w1:30000"
-    assert router.worker_url("w1", {"ansible_host": "fd00::1"}) == "http://[fd00::1]:30000"
-    assert router.worker_url("w1", {"sglang_router_worker_address": "127.0.0.1", "ansible_host": "x"}) == "http://127.0.0.1:30000"
-    assert router.worker_url("w1", {"sglang_router_worker_url": "https://w1.example:443/"}) == "https://w1.example:443"
+# The role's __sglang_router_unit from its defaults (vars/main.yml lists the same keys).
+UNIT = {
+    **{key: DEFAULTS[f"sglang_router_{key}"] for key in (
+        "name", "user", "group", "home", "config_dir", "unit_dir", "libexec_dir", "hardening", "stop_timeout_sec",
+        "restart_sec", "start_limit_burst", "start_limit_interval_sec", "limit_nofile")},
+    "read_write_paths": [DEFAULTS["sglang_router_home"]],
+}  # fmt: skip
 
 
-@pytest.mark.parametrize("bad", [{"sglang_server_flags": {"port": 0}}, {"sglang_server_flags": {"port": "x"}},
-                                 {"sglang_server_flags": {"port": True}}, {"sglang_router_worker_url": "w1:8000"}])
-def test_worker_url_refuses_nonsense(bad):
-    with pytest.raises(router.RouterConfigError):
-        router.worker_url("w1", bad)
+def _resolve(api_key: str = "router-key-0123456789", **changes: object) -> dict[str, object]:
+    return router.resolve(_settings(**changes), UNIT, host="r1", api_key=api_key)
+
+
+def _server(host: str, **overrides: object) -> dict[str, object]:
+    from test_server import resolve
+
+    return resolve(host=host, **overrides)
+
+
+def test_worker_urls_are_the_workers_published_urls_in_order():
+    resolved = {"w2": _server("w2", advertise_address="10.0.0.2"), "w1": _server("w1", advertise_address="fd00::1")}
+    assert router.worker_urls(resolved) == ["http://10.0.0.2:8000", "http://[fd00::1]:8000"]
+    # the port is the worker's own launch: profile and override included (resolved once, server.py)
+    moved = _server("w1", advertise_address="10.0.0.1", flags_override={"port": 9000})
+    assert router.worker_urls({"w1": moved}) == ["http://10.0.0.1:9000"]
+
+
+def test_a_worker_never_resolved_is_named_with_the_fix():
+    with pytest.raises(router.RouterConfigError, match=r"worker w3 has no resolved server .* Fix: run `sglang-deploy validate"):
+        router.worker_urls({"w1": _server("w1"), "w3": None})
 
 
 def test_worker_urls_refuses_duplicates():
-    hostvars = {"a": {"ansible_host": "h"}, "b": {"ansible_host": "h"}}
+    same = {"a": _server("a", advertise_address="h"), "b": _server("b", advertise_address="h")}
     with pytest.raises(router.RouterConfigError, match="share a URL"):
-        router.worker_urls(["a", "b"], hostvars)
+        router.worker_urls(same)
+
+
+@pytest.mark.parametrize("bad", ["w1:8000", "http://w1:0", "http://w1:8000/x\n", ""])
+def test_a_worker_url_given_by_hand_is_checked_whole(bad):
+    with pytest.raises(router.RouterConfigError, match="sglang_router_worker_urls"):
+        router.checked_worker_url(bad, "sglang_router_worker_urls")
 
 
 def test_flag_argv_shapes_and_secrets():
@@ -72,20 +96,59 @@ def test_router_flags_defaults_and_extra():
         router.router_flags(_settings(worker_urls=[]))
 
 
-def test_exec_args_are_quoted_for_systemd():
-    text = router.exec_args(_settings(health_check_endpoint="/h%x$y"))
+def test_exec_start_is_quoted_for_systemd_one_flag_per_line():
+    text = _resolve(health_check_endpoint="/h%x$y")["exec_start"]
     assert '"/h%%x$$y"' in text
-    # systemd's double quoting reads like a shell's for these words.
-    words = shlex.split(text.replace("%%", "%").replace("$$", "$"))
-    assert words[:2] == ["--host", "0.0.0.0"]
+    # systemd's double quoting reads like a shell's for these words (continuation lines joined).
+    words = shlex.split(text.replace("\\\n", " ").replace("%%", "%").replace("$$", "$"))
+    assert words[:4] == ["/opt/sglang-deploy/router-venv/bin/python3", "/usr/local/libexec/sglang-router/sglang_launcher.py",
+                         "--module", "sglang_router.launch_router"]
+    assert words[words.index("--host"):][:2] == ["--host", "0.0.0.0"]
+    assert all(line.endswith(" \\") for line in text.splitlines()[:-1])
+
+
+def test_the_router_runs_through_the_servers_launcher_key_in_process_colour_stripped():
+    resolved = _resolve()
+    argv = resolved["argv"]
+    assert "--strip-ansi" in argv
+    assert argv[argv.index("--env-flag") + 1] == "api-key=SGLANG_ROUTER_API_KEY"
+    assert "router-key-0123456789" not in json.dumps(resolved)
+    assert resolved["api_key_env"] == "SGLANG_ROUTER_API_KEY"
+    assert router.env_file_lines("router-key-0123456789") == ["SGLANG_ROUTER_API_KEY='router-key-0123456789'"]
+    assert resolved["unit"]["env_file"] == "/etc/sglang-router/sglang-router.env"
+    # the router host reaches itself on loopback (it binds 0.0.0.0); its metrics where they bind
+    assert resolved["url"] == f"http://127.0.0.1:{DEFAULTS['sglang_router_port']}"
+    assert resolved["metrics_url"] == f"http://127.0.0.1:{DEFAULTS['sglang_router_prometheus_port']}/metrics"
+    assert resolved["metrics_target"] == f"10.0.0.9:{DEFAULTS['sglang_router_prometheus_port']}"
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"state": "restarted"}, ["sglang_router_state"]),
+        ({"port": 70000}, ["sglang_router_port"]),
+        ({"prometheus_port": "x"}, ["sglang_router_prometheus_port"]),
+        ({"name": "../x"}, ["sglang_router_name"]),
+    ],
+)
+def test_bad_router_settings_name_the_host_and_variable(changes, words):
+    settings, unit = _settings(), dict(UNIT)
+    for key, value in changes.items():
+        (unit if key in unit else settings)[key] = value
+    with pytest.raises(router.RouterConfigError) as err:
+        router.resolve(settings, unit, host="r1", api_key="router-key-0123456789")
+    assert str(err.value).startswith("host r1: ") and all(w in str(err.value) for w in words), str(err.value)
 
 
 def test_exposure():
-    assert router.exposure_problem("0.0.0.0", "", False)
-    assert router.exposure_problem("0.0.0.0", "k", False) is None
-    assert router.exposure_problem("127.0.0.1", "", False) is None
-    assert router.exposure_problem("::1", "", False) is None
-    assert router.exposure_problem("0.0.0.0", "", True) is None
+    assert router.exposure_problem("0.0.0.0", 29000, "", False)
+    assert router.exposure_problem("0.0.0.0", 29000, "k", False) is None
+    assert router.exposure_problem("127.0.0.1", 29000, "", False) is None
+    assert router.exposure_problem("::1", 29000, "", False) is None
+    assert router.exposure_problem("[::1]", 29000, "", False) is None
+    assert router.exposure_problem("0.0.0.0", 29000, "", True) is None
+    with pytest.raises(router.RouterConfigError, match="sglang_router_allow_unauthenticated"):
+        _resolve(api_key="")
 
 
 def test_in_flight_reads_v1_loads():
@@ -136,7 +199,7 @@ def test_worker_entry():
 
 
 def test_file_sd():
-    groups = router.file_sd({"w1": "http://10.0.0.1:8000"}, {"r1": ("10.0.0.9", 29000)}, {"env": "prod"})
+    groups = router.file_sd({"w1": "http://10.0.0.1:8000"}, {"r1": "10.0.0.9:29000"}, {"env": "prod"})
     assert groups == [
         {"targets": ["10.0.0.1:8000"], "labels": {"env": "prod", "job": "sglang-worker", "instance_name": "w1"}},
         {"targets": ["10.0.0.9:29000"], "labels": {"env": "prod", "job": "sglang-router", "instance_name": "r1"}},
@@ -160,14 +223,6 @@ def test_policy_choices_match_argument_specs():
     assert tuple(specs["sglang_router_policy"]["choices"]) == router.POLICIES
 
 
-def test_launcher_refuses_a_key_in_argv():
-    result = subprocess.run(
-        [sys.executable, str(ROLE / "files" / "sglang_router_launch.py"), "--api-key", "secret"],
-        capture_output=True, text=True, timeout=30, check=False,
-    )
-    assert result.returncode == 2 and "must not be in argv" in result.stderr
-
-
 @pytest.fixture(scope="module")
 def router_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv with the role's own lock for this Python installed (hashes required), as the role builds it."""
@@ -187,7 +242,7 @@ def router_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_default_argv_parses_with_the_pinned_router(router_venv: Path):
     """The role's rendered argv through the pinned sglang-router's own parser, in a venv of its lock."""
-    argv = shlex.split(router.exec_args(_settings()).replace("%%", "%").replace("$$", "$"))
+    argv = router.flag_argv(_resolve()["flags"])
     probe = (
         "import json, sys\n"
         "from sglang_router.launch_router import parse_router_args\n"
@@ -203,19 +258,15 @@ def test_default_argv_parses_with_the_pinned_router(router_venv: Path):
     assert args["prometheus_port"] == DEFAULTS["sglang_router_prometheus_port"]
 
 
-def test_worker_url_reads_the_port_of_the_hosts_launch_profile():
-    host = {"ansible_host": "10.0.0.1", "sglang_server_flags": {"port": 8000},
-            "sglang_server_profile": "alt", "sglang_server_profiles": {"alt": {"port": 8100}, "other": {"port": 1}}}  # fmt: skip
-    assert router.worker_url("w1", host) == "http://10.0.0.1:8100"
-    assert router.worker_url("w1", {**host, "sglang_server_flags_override": {"port": 9000}}) == "http://10.0.0.1:9000"
-    assert router.worker_url("w1", {**host, "sglang_server_profile": ""}) == "http://10.0.0.1:8000"
-
-
 @pytest.mark.parametrize("url", ["http://user:pass@10.0.0.1:8000", "http://10.0.0.1:8000\n", "http://10.0.0.1:8000 x", "ftp://10.0.0.1"])
 def test_a_worker_url_with_credentials_or_control_characters_never_reaches_execstart(url):
     """Before: credentials in sglang_router_worker_url(s) landed in the router unit's ExecStart=."""
     with pytest.raises(router.RouterConfigError) as err:
-        router.worker_url("w1", {"sglang_router_worker_url": url})
+        router.checked_worker_url(url, "sglang_router_worker_urls")
     assert "pass" not in str(err.value)
-    with pytest.raises(router.RouterConfigError, match="sglang_router_worker_urls"):
-        router.exec_args(_settings(worker_urls=[url]))
+    with pytest.raises(router.RouterConfigError, match="sglang_router_worker_urls") as err:
+        _resolve(worker_urls=[url])
+    assert "pass" not in str(err.value)
+    with pytest.raises(server_module.ResolveError, match="sglang_server_advertise_url") as err:
+        _server("w1", advertise_url=url)
+    assert "pass" not in str(err.value)

@@ -1,5 +1,5 @@
 """Every non-flag value of the sglang unit is checked before the template sees it: no newline or CR
-can add a directive, no name can leave its directory (systemd.unit_settings, the role's filter)."""
+can add a directive, no name can leave its directory (systemd.unit_settings, through the resolver's filter)."""
 
 from __future__ import annotations
 
@@ -73,8 +73,9 @@ def test_the_role_defaults_pass_and_paths_are_built_from_checked_parts() -> None
 def test_a_value_that_could_inject_or_escape_is_refused_naming_the_variable(key: str, value: object) -> None:
     values = _values()
     values[key] = value
+    inputs = {"flags": {"model-path": "/m", "host": "127.0.0.1"}, "python": "/p/python3", "lane": "cu128", "unit": values}
     with pytest.raises(AnsibleFilterError, match=rf"^host gpu-01: sglang_server_{key}"):
-        plugin.sglang_unit_settings(values, host="gpu-01")
+        plugin.sglang_server_resolve(inputs, host="gpu-01")
 
 
 @pytest.mark.parametrize("name", ["../x", "..", ".", "a/b", "x\ny", "", "/abs"])
@@ -86,12 +87,13 @@ def test_a_host_name_cannot_leave_the_render_directory(name: str) -> None:
 
 def test_the_unit_template_reads_only_checked_or_quoted_values() -> None:
     """The whole class, not one example: any variable the template prints must come from
-    __sglang_server_unit (checked) or __sglang_server_launch (quoted by the launch model)."""
+    sglang_server_resolved (checked or quoted by the resolver); the one switch is a boolean."""
     import re
 
     template = (ROOT / "roles" / "sglang_server" / "templates" / "sglang.service.j2").read_text()
     printed = set(re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)", template))
     loop_names = {n.strip() for names in re.findall(r"\{%\s*for (.*?) in ", template) for n in names.split(",")}
-    assert printed - loop_names == {"ansible_managed", "__sglang_server_unit", "__sglang_server_launch"}
+    assert printed - loop_names == {"ansible_managed", "sglang_server_resolved"}
+    assert set(re.findall(r"\{%\s*if ([A-Za-z_][A-Za-z0-9_]*)", template)) == {"sglang_server_gpu_idle_check"}
     loops = re.findall(r"\{%\s*for .* in ([A-Za-z_][A-Za-z0-9_.]*)", template)
-    assert all(name.startswith(("__sglang_server_unit.", "__sglang_server_launch.")) for name in loops)
+    assert loops and all(name.startswith("sglang_server_resolved.") for name in loops)

@@ -20,23 +20,25 @@ from seed_004 import SEED_004_FLAGS
 from sglang_deploy import validator
 from sglang_deploy.lanes import Lane, load_lane
 from sglang_deploy.validator import (
-    ENV_PYTHON,
-    ENV_TORCH,
-    ENV_TORCH_INDEX,
     FlagProblem,
     Option,
     ProbeAnswer,
     Segment,
     ValidationResult,
-    ValidatorError,
-    build_spec,
-    ensure_validator_env,
-    torch_source,
     line_problems,
     problem_from_message,
     problems_from_answer,
     split_segments,
     validate_flags,
+)
+from sglang_deploy.validator_venv import (
+    ENV_PYTHON,
+    ENV_TORCH,
+    ENV_TORCH_INDEX,
+    ValidatorError,
+    build_spec,
+    ensure_validator_env,
+    torch_source,
     validator_dir,
 )
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from sglang_deploy import validator
+from sglang_deploy import validator_venv
 from sglang_deploy.lanes import Lane, load_lane
-from sglang_deploy.validator import ENV_PYTHON, ENV_TORCH, ENV_TORCH_INDEX, BuildSpec, ValidatorError, build_spec
+from sglang_deploy.validator_venv import ENV_PYTHON, ENV_TORCH, ENV_TORCH_INDEX, BuildSpec, ValidatorError, build_spec
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
@@ -43,7 +43,7 @@ def no_override(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_default_discovery_keeps_the_path_existing_caches_have(cu128: Lane, tmp_path: Path) -> None:
     spec = build_spec(cu128, {})
-    assert validator.validator_dir(spec, tmp_path) == tmp_path / "validators" / f"sglang-{cu128.sglang}-py{PY}"
+    assert validator_venv.validator_dir(spec, tmp_path) == tmp_path / "validators" / f"sglang-{cu128.sglang}-py{PY}"
 
 
 @pytest.mark.parametrize(
@@ -57,16 +57,16 @@ def test_the_default_discovery_keeps_the_path_existing_caches_have(cu128: Lane, 
     ids=["torch", "lane-index-forced", "empty-index", "torch-and-index"],
 )
 def test_a_forced_torch_source_has_a_venv_of_its_own(cu128: Lane, tmp_path: Path, environ: dict[str, str]) -> None:
-    default = validator.validator_dir(build_spec(cu128, {}), tmp_path)
-    forced = validator.validator_dir(build_spec(cu128, environ), tmp_path)
+    default = validator_venv.validator_dir(build_spec(cu128, {}), tmp_path)
+    forced = validator_venv.validator_dir(build_spec(cu128, environ), tmp_path)
     assert forced.parent == default.parent
     assert forced.name.startswith(f"{default.name}-torch-") and forced != default
-    assert validator.validator_dir(build_spec(cu128, dict(environ)), tmp_path) == forced  # stable
+    assert validator_venv.validator_dir(build_spec(cu128, dict(environ)), tmp_path) == forced  # stable
 
 
 def test_two_forced_sources_do_not_share_a_venv(cu128: Lane, tmp_path: Path) -> None:
     names = {
-        validator.validator_dir(build_spec(cu128, environ), tmp_path).name
+        validator_venv.validator_dir(build_spec(cu128, environ), tmp_path).name
         for environ in (
             {ENV_TORCH: "torch==2.9.1+cpu"},
             {ENV_TORCH: "torch==2.9.0+cpu"},
@@ -89,7 +89,7 @@ def recorded_builds(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         marker = {**spec.marker(), "torch_source": "recorded"}
         (final / "sglang-deploy-validator.json").write_text(json.dumps(marker), encoding="utf-8")
 
-    monkeypatch.setattr(validator, "_build", fake_build)
+    monkeypatch.setattr(validator_venv, "_build", fake_build)
     return builds
 
 
@@ -104,7 +104,7 @@ def test_a_forced_source_and_the_default_discovery_each_keep_their_venv(
             monkeypatch.setenv(ENV_TORCH, "torch==2.9.1+cpu")
         else:
             monkeypatch.delenv(ENV_TORCH, raising=False)
-        used.append(validator.ensure_validator_env(cu128, tmp_path))
+        used.append(validator_venv.ensure_validator_env(cu128, tmp_path))
     assert len(recorded_builds) == 2
     assert used[0] == used[2] == tmp_path / "validators" / f"sglang-{cu128.sglang}-py{PY}"
     assert used[1] == used[3] != used[0]
@@ -126,7 +126,7 @@ def test_a_venv_built_before_this_change_is_still_built(
         "packages": list(cu128.validator.packages), "torch_source": "the lane's CPU index",
     }  # fmt: skip
     (final / "sglang-deploy-validator.json").write_text(json.dumps(marker), encoding="utf-8")
-    assert validator.ensure_validator_env(cu128, tmp_path) == final
+    assert validator_venv.ensure_validator_env(cu128, tmp_path) == final
     assert recorded_builds == []
 
 
@@ -140,9 +140,9 @@ def test_what_a_killed_build_left_is_not_taken_as_built(
     (leftover / "bin").mkdir(parents=True)
     (leftover / "bin" / "python").touch()
     (leftover / "sglang-deploy-validator.json").write_text(json.dumps(build_spec(cu128, {}).marker()))
-    assert validator.ensure_validator_env(cu128, tmp_path) == final
+    assert validator_venv.ensure_validator_env(cu128, tmp_path) == final
     assert recorded_builds == [final]
-    validator.new_staging(final)  # what the real build does first
+    validator_venv.new_staging(final)  # what the real build does first
     assert not leftover.exists()
 
 
@@ -208,7 +208,7 @@ BUILDER = textwrap.dedent(
     import sys
     from pathlib import Path
     from sglang_deploy.lanes import load_lane
-    from sglang_deploy.validator import ensure_validator_env
+    from sglang_deploy.validator_venv import ensure_validator_env
     ensure_validator_env(load_lane("cu128"), Path(sys.argv[1]))
     """
 )
@@ -236,7 +236,7 @@ def test_a_build_killed_from_outside_leaves_no_pip_running(
     finally:
         builder.kill()
         builder.communicate()
-    final = validator.validator_dir(build_spec(cu128, os.environ), tmp_path / "cache")
+    final = validator_venv.validator_dir(build_spec(cu128, os.environ), tmp_path / "cache")
     assert not final.exists()  # nothing half-built at the path that counts
 
 
@@ -253,7 +253,7 @@ def test_a_build_step_cut_off_by_a_timeout_is_killed_with_what_it_started(
     try:
         signal.setitimer(signal.ITIMER_REAL, 2.0)
         with pytest.raises(TimeoutError):
-            validator.run_step("creating a venv", [os.environ[ENV_PYTHON], "-m", "venv", str(tmp_path / "venv")])
+            validator_venv.run_step("creating a venv", [os.environ[ENV_PYTHON], "-m", "venv", str(tmp_path / "venv")])
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -267,7 +267,7 @@ def test_a_signal_the_process_ignores_does_not_stop_the_step(tmp_path: Path) -> 
     try:
         started = time.monotonic()
         command = [sys.executable, "-c", "import os, signal, time; time.sleep(0.5); os.kill(os.getppid(), signal.SIGTERM); time.sleep(1)"]
-        validator.run_step("a step that outlasts an ignored signal", command)
+        validator_venv.run_step("a step that outlasts an ignored signal", command)
         assert time.monotonic() - started >= 1.4
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -281,7 +281,7 @@ def test_a_signal_whose_handler_returns_still_fails_the_build(tmp_path: Path) ->
     try:
         command = [sys.executable, "-c", "import os, signal, time; os.kill(os.getppid(), signal.SIGTERM); time.sleep(20)"]
         with pytest.raises(ValidatorError, match="interrupted by SIGTERM"):
-            validator.run_step("a step", command)
+            validator_venv.run_step("a step", command)
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert seen == [signal.SIGTERM]

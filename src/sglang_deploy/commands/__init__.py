@@ -1,4 +1,4 @@
-"""Subcommands of ``sglang-deploy`` that live in their own module.
+"""The subcommands of ``sglang-deploy``, one module each, and what several of them share.
 
 Each module here defines ``register(subparsers: argparse._SubParsersAction) -> None``, which adds
 its parser(s) with ``set_defaults(func=...)`` (a function taking the parsed args and returning the
@@ -12,8 +12,14 @@ import os
 import stat
 import sys
 
+from rich.console import Console
+
 from sglang_deploy_host import endpoint
 from sglang_deploy import inputfiles
+from sglang_deploy.runner import project_dir
+
+# Where the commands and cli.main print their rich-marked-up lines: stderr.
+console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 DEFAULT_INVENTORY_HELP = "inventory path (repeatable); default: the project's inventory/proxmox"
 
@@ -22,6 +28,11 @@ def add_inventory_args(parser: argparse.ArgumentParser, *, help_text: str = DEFA
     """``-i/--inventory`` (repeatable) and ``-l/--limit``, as every inventory-driven command has them."""
     parser.add_argument("-i", "--inventory", action="append", help=help_text)
     parser.add_argument("-l", "--limit", help="limit to these hosts or groups (Ansible pattern)")
+
+
+def inventories(args: argparse.Namespace) -> list[str]:
+    """The ``-i`` paths given, else the project's inventory/proxmox."""
+    return args.inventory or [str(project_dir() / "inventory" / "proxmox")]
 
 
 def usage_error(command: str, message: str) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sglang_deploy import architectures, inputfiles, planner, runner
+from sglang_deploy import architectures, inputfiles, planner, runner, server
 from sglang_deploy.lanes import DEFAULT_LANE, LaneError, load_lane
 from sglang_deploy.launch import LaunchConfig, LaunchConfigError
 
@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--architecture", choices=sorted(architectures.KNOWN),
         help="a known architecture instead of --model-config: its shapes and measured memory terms",
     )  # fmt: skip
-    src.add_argument("--lane", help=f"whose sglang's rules apply (default: the host's sglang_server_lane, else {DEFAULT_LANE})")
+    src.add_argument("--lane", help=f"whose sglang's rules apply (default: the host's sglang_common_lane, else {DEFAULT_LANE})")
     src.add_argument("--hf-quant-config", help="hf_quant_config.json (default: beside config.json)")
     src.add_argument("--safetensors-index", help="model.safetensors.index.json (weights per GPU)")
     gpu = p.add_argument_group("GPU and model")
@@ -106,17 +106,16 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
     if args.inventory:
         host, host_vars = inventory_host_vars(args.inventory, args.host)
         notes.append(f"launch flags of {host} from {args.inventory}")
-        launch = LaunchConfig.from_vars(
-            host_vars.get("sglang_server_flags"),
-            python="python3",
-            flags_override=host_vars.get("sglang_server_flags_override"),
-            profile=args.profile if args.profile is not None else host_vars.get("sglang_server_profile"),
-            profiles=host_vars.get("sglang_server_profiles"),
-        )
         profile = args.profile if args.profile is not None else host_vars.get("sglang_server_profile")
+        merged = server.inventory_flags(
+            host_vars.get("sglang_server_flags"),
+            profile,
+            host_vars.get("sglang_server_profiles"),
+            host_vars.get("sglang_server_flags_override"),
+        )
         if profile:
             notes.append(f"launch profile {profile!r}")
-        launch_flags = dict(launch.to_dict()["flags"])
+        launch_flags = dict(LaunchConfig.from_vars(merged, python="python3").to_dict()["flags"])
         from_flags = planner.inputs_from_flags(launch_flags)
         from_flags.pop("kv_cache_dtype", None)
         values.update(from_flags)
@@ -124,7 +123,7 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
         if not isinstance(raw, dict):
             raise planner.PlanError(f"{PLAN_VAR} of {host} must be a mapping")
         extra = dict(raw)
-        lane = lane or host_vars.get("sglang_server_lane")
+        lane = lane or host_vars.get("sglang_common_lane")
         architecture = architecture or extra.get("architecture")
     sm_major = extra.get("sm_major")
     if args.gpu_facts:

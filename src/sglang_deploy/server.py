@@ -1,0 +1,359 @@
+"""One serving host, resolved once: every value about its sglang server that anything else reads.
+
+The sglang_server role's variables (``ServerInputs``, read from the role's ``__sglang_server_inputs``)
+and, when the host can be asked, its GPU facts go in; a :class:`ResolvedServer` comes out and is
+published as the fact ``sglang_server_resolved`` (roles/sglang_server/tasks/resolve.yml). The unit
+template, ``render``, ``validate``, preflight, bench, verify, the rolling restart, the router's
+worker list and the Prometheus targets all read that fact instead of merging flags themselves.
+
+What happens, in order (each step's rule lives in the module named):
+  1. flags: ``sglang_server_flags``, the launch profile, ``sglang_server_flags_override``
+     (launch.py: replaced keys keep their place, new keys go last, null removes);
+  2. GPUs without peer-to-peer, when ``sglang_server_p2p_adjust`` and the facts say so:
+     ``--disable-custom-all-reduce`` and ``NCCL_P2P_DISABLE=1`` (preflight.py);
+  3. the memory plan judges ``--mem-fraction-static`` against the GPUs (planner.py): ``auto`` becomes
+     the recommendation, an unsafe explicit fraction is refused unless allowed;
+  4. the role's own additions: ``--api-key`` from the 0600 env file when ``sglang_server_api_key`` is set;
+  5. the launch (argv, ``ExecStart=``, ``Environment=``; launch.py), the exposure rule, the unit's
+     checked values and paths (systemd.py), the endpoint (bind, port, URLs, served model).
+
+Secrets go in (the API key and the secret environment are checked) but never come out: the result
+holds variable names only, so printing it (``-v``, ``render --json``) shows no secret.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sglang_deploy_host import endpoint, gpufacts, systemd
+from sglang_deploy import architectures, planner, preflight
+from sglang_deploy.lanes import LaneError, load_lane
+from sglang_deploy.launch import (
+    LaunchConfig,
+    LaunchConfigError,
+    merge_flags,
+    profile_flags,
+)
+
+API_KEY_ENV = "SGLANG_API_KEY"
+"""The env file variable holding ``sglang_server_api_key``; ``--api-key`` reads it in-process."""
+STATES = ("started", "stopped", "installed")
+# sglang_server_memory_plan keys that are not PlanInputs fields.
+PLAN_VAR_EXTRAS = frozenset({"sm_major", "architecture"})
+
+
+class ResolveError(ValueError):
+    """A host's server settings that cannot be served; the message names host, variable and fix."""
+
+
+@dataclass(frozen=True)
+class ServerInputs:
+    """The sglang_server role's variables (names without ``sglang_server_``), as the inventory set them."""
+
+    flags: Mapping[str, Any] | None
+    python: str
+    lane: str
+    unit: Mapping[str, Any]
+    state: str = "started"
+    profile: str = ""
+    profiles: Mapping[str, Any] | None = None
+    flags_override: Mapping[str, Any] | None = None
+    env: Mapping[str, Any] | None = None
+    env_override: Mapping[str, Any] | None = None
+    secret_env: Mapping[str, Any] | None = None
+    api_key: str = ""
+    allow_unauthenticated: bool = False
+    memory_plan: Mapping[str, Any] | None = None
+    mem_fraction_unsafe_ok: bool = False
+    p2p_adjust: bool = False
+    advertise_url: str = ""
+    advertise_address: str = ""
+
+    @classmethod
+    def from_vars(cls, values: Mapping[str, Any]) -> ServerInputs:
+        """From the role's ``__sglang_server_inputs`` mapping; a missing or unknown key is a bug in
+        the role's vars (they are listed once, in roles/sglang_server/vars/main.yml)."""
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ResolveError(f"unknown server inputs {unknown} (known: {sorted(known)})")
+        try:
+            return cls(**dict(values))
+        except TypeError as err:
+            raise ResolveError(f"server inputs: {err}") from None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the server listens and how the host itself and a router reach it."""
+
+    bind_host: str
+    port: int
+    local_url: str
+    worker_url: str
+    served_model: str
+    api_key_env: str | None
+
+
+@dataclass(frozen=True)
+class ResolvedServer:
+    """The published result (``sglang_server_resolved``); :meth:`to_dict` documents its keys."""
+
+    host: str
+    lane: str
+    state: str
+    flags: dict[str, Any]
+    environment: dict[str, str]
+    launch: dict[str, Any]
+    unit: dict[str, Any]
+    endpoint: Endpoint
+    memory_plan: dict[str, Any] | None
+    adjustments: dict[str, dict[str, Any]]
+    secret_env_names: list[str]
+    pending: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``state``: the service state asked for; ``flags``: the canonical launch flags (what sglang gets; ``{env: NAME}`` for secrets);
+        ``environment``: the unit's ``Environment=``; ``launch``: :meth:`LaunchConfig.to_dict`
+        (argv, exec_start, environment_assignments, flag_argv, validation_argv, tp_size);
+        ``unit``: systemd.unit_settings plus ``restart_marker``; ``endpoint``: bind_host, port,
+        local_url, worker_url, served_model, api_key_env; ``memory_plan``: the planner's result or
+        None; ``adjustments``: what the P2P adjustment added; ``pending``: what could not be resolved
+        without the host's GPU facts (empty when the launch is final)."""
+        return asdict(self)
+
+
+def resolve(
+    inputs: ServerInputs, *, host: str, gpu_facts: Mapping[str, Any] | None = None
+) -> ResolvedServer:
+    """The host's server, resolved; :class:`ResolveError` naming host, variable and fix."""
+    try:
+        return _resolve(inputs, host, gpu_facts)
+    except (LaunchConfigError, planner.PlanError, systemd.UnitValueError, preflight.PreflightError) as err:
+        raise ResolveError(f"host {host}: {err}") from None
+
+
+def _resolve(inputs: ServerInputs, host: str, gpu_facts: Mapping[str, Any] | None) -> ResolvedServer:
+    if inputs.state not in STATES:
+        raise LaunchConfigError(
+            f"sglang_server_state={inputs.state} is not a state this role knows. Fix: use started, stopped or "
+            "installed (installed = unit in place, not started)"
+        )
+    facts = dict(gpu_facts) if gpu_facts and gpu_facts.get("gpus") else None
+    unit = systemd.unit_settings(dict(inputs.unit))
+    unit["restart_marker"] = f"{unit['config_dir']}/{unit['name']}.restart-pending"
+    secret_env = _secret_env(inputs)
+    # 1. the flags and environment as the inventory gives them
+    flags = inventory_flags(inputs.flags, inputs.profile, inputs.profiles, inputs.flags_override)
+    env = merge_flags(inputs.env, inputs.env_override, variable="sglang_server_env")
+    # 2. GPUs without peer-to-peer
+    adjustments: dict[str, dict[str, Any]] = {"flags": {}, "env": {}}
+    if inputs.p2p_adjust and facts is not None and facts.get("nvidia_smi_found", True):
+        before = LaunchConfig.from_vars(flags, python=inputs.python, env=env, secret_env_names=secret_env)
+        adjustments = preflight.p2p_adjustments(gpufacts.GpuFacts.from_dict(facts), before)
+        flags = merge_flags(flags, adjustments["flags"])
+        env = merge_flags(env, adjustments["env"], variable="sglang_server_env")
+    # 3. the memory plan
+    pending: list[str] = []
+    plan = _memory_plan(inputs, flags, facts, pending)
+    # 4. the role's own additions
+    additions: dict[str, Any] = {}
+    if inputs.api_key:
+        additions["api-key"] = {"env": API_KEY_ENV}
+    if plan is not None and str(plan["requested"]) == "auto":
+        # Under the key the inventory spelled it with (mem_fraction_static too), replacing `auto`.
+        additions[_flag_key(flags, "mem-fraction-static")] = plan["mem_fraction_static"]
+    flags = merge_flags(flags, additions)
+    # 5. the launch, its exposure, the endpoint
+    config = LaunchConfig.from_vars(
+        flags,
+        python=inputs.python,
+        env=env,
+        secret_env_names=secret_env,
+        launcher=f"{unit['libexec_dir']}/sglang_launcher.py",
+    )
+    problem = config.exposure_problem(allow_unauthenticated=bool(inputs.allow_unauthenticated))
+    if problem:
+        raise LaunchConfigError(problem)
+    launch = config.to_dict()
+    return ResolvedServer(
+        host=host,
+        lane=inputs.lane,
+        state=inputs.state,
+        flags=launch["flags"],
+        environment=launch["environment"],
+        launch=launch,
+        unit=unit,
+        endpoint=_endpoint(inputs, launch["flags"], host),
+        memory_plan=plan,
+        adjustments=adjustments,
+        secret_env_names=secret_env,
+        pending=pending,
+    )
+
+
+def inventory_flags(
+    flags: Mapping[str, Any] | None,
+    profile: str | None,
+    profiles: Mapping[str, Any] | None,
+    flags_override: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """Step 1 alone: ``sglang_server_flags``, the launch profile's changes, then the override (what
+    ``sglang-deploy plan -i`` reads from an inventory without a host to ask)."""
+    return merge_flags(profile_flags(flags, profile or "", profiles), flags_override)
+
+
+def secrets(inputs: ServerInputs) -> dict[str, str]:
+    """The 0600 env file's variables (``sglang_server_secret_env`` and the API key): its template
+    and the journal's redaction read these; nothing else does."""
+    secret = {str(name): str(value) for name, value in (inputs.secret_env or {}).items()}
+    if inputs.api_key:
+        secret[API_KEY_ENV] = str(inputs.api_key)
+    return secret
+
+
+def _secret_env(inputs: ServerInputs) -> list[str]:
+    """The names of :func:`secrets`, each line of the env file checked (the values stay here)."""
+    if inputs.api_key:
+        problem = endpoint.api_key_problem(str(inputs.api_key), "sglang_server_api_key")
+        if problem:
+            raise LaunchConfigError(problem)
+    secret = secrets(inputs)
+    for name, value in secret.items():
+        try:
+            systemd.env_file_line(name, value)
+        except ValueError as err:
+            raise LaunchConfigError(f"sglang_server_secret_env: {err}") from None
+    return list(secret)
+
+
+def _memory_plan(
+    inputs: ServerInputs, flags: Mapping[str, Any], facts: Mapping[str, Any] | None, pending: list[str]
+) -> dict[str, Any] | None:
+    """The planner's verdict on --mem-fraction-static, or None when there is nothing to judge (the
+    flag is absent, or an explicit fraction without GPU facts or ``gpu_memory_mib``)."""
+    plan_vars = dict(inputs.memory_plan or {})
+    requested = flags.get(_flag_key(flags, "mem-fraction-static"))
+    if requested is None or requested is False:
+        return None
+    if facts is None and "gpu_memory_mib" not in plan_vars:
+        if str(requested) == "auto":
+            pending.append(
+                "mem-fraction-static auto needs the host's GPU facts (a driver) or "
+                "sglang_server_memory_plan.gpu_memory_mib"
+            )
+        return None
+    try:
+        result = plan_for_flags(flags, gpu_facts=facts, plan_vars=plan_vars, lane=inputs.lane)
+    except planner.PlanError as err:
+        raise planner.PlanError(f"memory plan: {err}") from None
+    if result["safe"] is False and not inputs.mem_fraction_unsafe_ok:
+        raise planner.PlanError(
+            f"sglang_server_flags['mem-fraction-static'] = {requested} is unsafe for this host's GPUs: "
+            f"{result['explanation']}. Fix: set it to {result['recommended_mem_fraction_static']} (or auto), "
+            "or set sglang_server_mem_fraction_unsafe_ok: true to start anyway"
+        )
+    return result
+
+
+def plan_for_flags(
+    flags: Mapping[str, Any],
+    *,
+    gpu_facts: Mapping[str, Any] | None,
+    plan_vars: Mapping[str, Any] | None,
+    lane: str,
+    count_used_memory: bool = False,
+) -> dict[str, Any]:
+    """The memory plan for a host's merged launch flags.
+
+    ``plan_vars`` is ``sglang_server_memory_plan``: ``architecture`` (a known one, e.g. glm-5: the KV
+    cell, page size and memory terms follow from it and the flags, for ``lane``'s sglang), sm_major
+    (without facts), weights_gib_per_gpu, gpu_memory_mib without facts, and any PlanInputs field
+    (which wins over what the architecture gives). ``count_used_memory`` subtracts the memory the
+    facts show in use; off for the role: a run against a serving host sees its own server's memory,
+    and ``auto`` must resolve to the same number on every run (idempotence).
+
+    Returns ``Plan.to_dict()`` plus ``requested`` (the flag as given), ``explanation`` and
+    ``mem_fraction_static`` (the number to launch with: the recommendation for ``auto``).
+    """
+    normalized = {str(k).lstrip("-").replace("_", "-"): v for k, v in flags.items()}
+    requested = normalized.get("mem-fraction-static")
+    values = planner.inputs_from_flags(normalized)
+    values.pop("kv_cache_dtype", None)
+    extra = dict(plan_vars or {})
+    unknown = set(extra) - set(planner.PlanInputs.__dataclass_fields__) - PLAN_VAR_EXTRAS
+    if unknown:
+        raise planner.PlanError(
+            f"sglang_server_memory_plan has unknown keys {sorted(unknown)}; known: "
+            f"{sorted(set(planner.PlanInputs.__dataclass_fields__) | PLAN_VAR_EXTRAS)}"
+        )
+    sm_major = extra.pop("sm_major", None)
+    summary = planner.gpu_facts_summary(dict(gpu_facts)) if gpu_facts else None
+    if summary is not None:
+        sm_major = summary.get("sm_major", sm_major)
+    name = extra.pop("architecture", None)
+    if name is not None:
+        try:
+            config = architectures.config(str(name))
+            version = load_lane(lane).sglang
+        except (KeyError, LaneError) as err:
+            raise planner.PlanError(f"sglang_server_memory_plan.architecture: {err}") from None
+        derived, _notes = planner.architecture_inputs(
+            config, normalized, sm_major=sm_major, sglang_version=version, architecture=str(name)
+        )
+        values.update(derived)
+    values.update(extra)
+    if summary is not None:
+        values["gpu_memory_mib"] = summary["gpu_memory_mib"]
+        if count_used_memory:
+            values["gpu_memory_used_mib"] = summary["gpu_memory_used_mib"]
+    if not values.get("gpu_memory_mib"):
+        raise planner.PlanError(
+            "no GPU memory size: gather the host's GPU facts first, or set sglang_server_memory_plan.gpu_memory_mib"
+        )
+    if values.get("cuda_graph_bs") is not None:
+        values["cuda_graph_bs"] = tuple(values["cuda_graph_bs"])
+    try:
+        result = planner.plan(planner.PlanInputs(**values))
+    except TypeError as err:
+        raise planner.PlanError(str(err)) from None
+    out = result.to_dict()
+    out["requested"] = requested
+    out["explanation"] = result.explanation()
+    # auto -> the recommendation (an error when there is none); absent -> None (sglang's own heuristic).
+    out["mem_fraction_static"] = result.fraction_to_launch(requested)
+    return out
+
+
+def _flag_key(flags: Mapping[str, Any], name: str) -> str:
+    """The key ``flags`` spells flag ``name`` with (``--x_y``, ``x_y`` and ``x-y`` are one flag)."""
+    return next((str(k) for k in flags if str(k).lstrip("-").replace("_", "-") == name), name)
+
+
+def _endpoint(inputs: ServerInputs, flags: Mapping[str, Any], host: str) -> Endpoint:
+    """From the canonical flags (names as launch.py normalizes them)."""
+    bind = str(flags.get("host", endpoint.DEFAULT_BIND_HOST))
+    try:
+        port = endpoint.port_number(flags.get("port", endpoint.DEFAULT_PORT), "sglang_server_flags['port']")
+    except ValueError as err:
+        raise LaunchConfigError(str(err)) from None
+    worker = endpoint.http_url(str(inputs.advertise_address or host), port)
+    if inputs.advertise_url:
+        try:
+            worker = endpoint.check_url(str(inputs.advertise_url).rstrip("/"))
+        except ValueError as err:
+            raise LaunchConfigError(f"sglang_server_advertise_url: {err}") from None
+    try:
+        served = endpoint.served_model_name(flags)
+    except ValueError:
+        served = ""  # validate names the missing --model-path in sglang's own words
+    return Endpoint(
+        bind_host=bind,
+        port=port,
+        local_url=f"http://{endpoint.client_host(bind)}:{port}",
+        worker_url=worker,
+        served_model=served,
+        api_key_env=API_KEY_ENV if inputs.api_key else None,
+    )

@@ -1,0 +1,210 @@
+"""The resolver (src/sglang_deploy/server.py): one serving host in, every value about its server out.
+
+The role hands its variables over in one mapping (roles/sglang_server/vars/main.yml,
+``__sglang_server_inputs``); these tests build that mapping from the role's defaults and the shipped
+inventory/proxmox profile, as Ansible would, and check what the published fact holds."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from sglang_deploy import server
+from sglang_deploy_host import gpufacts
+
+FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
+PROFILE_DIR = ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers"
+SERVER_DEFAULTS = yaml.safe_load((ROOT / "roles" / "sglang_server" / "defaults" / "main.yml").read_text())
+API_KEY = "a-long-test-key-0123456789abcdef"
+UNIT = {
+    "name": "sglang", "user": "sglang", "group": "sglang", "home": "/var/lib/sglang",
+    "config_dir": "/etc/sglang", "unit_dir": "/etc/systemd/system",
+    "libexec_dir": "/usr/local/libexec/sglang-deploy", "read_write_paths": ["/var/lib/sglang"],
+    "hardening": SERVER_DEFAULTS["sglang_server_hardening"], "start_timeout_sec": 2400,
+    "stop_timeout_sec": 90, "restart_sec": 30, "start_limit_burst": 3,
+    "start_limit_interval_sec": 3600, "limit_nofile": 1048576, "gpu_idle_max_used_mib": 1024,
+}  # fmt: skip
+
+
+def inputs(**overrides: Any) -> dict[str, Any]:
+    """``__sglang_server_inputs`` of a host of inventory/proxmox (the profile's values, untemplated)."""
+    profile = yaml.safe_load((PROFILE_DIR / "sglang_server.yml").read_text())
+    profiles = yaml.safe_load((PROFILE_DIR / "profiles.yml").read_text())
+    values: dict[str, Any] = {
+        "flags": profile["sglang_server_flags"],
+        "profile": profiles["sglang_server_profile"],
+        "profiles": profiles["sglang_server_profiles"],
+        "flags_override": {},
+        "env": profile["sglang_server_env"],
+        "env_override": {},
+        "secret_env": {},
+        "api_key": API_KEY,
+        "allow_unauthenticated": False,
+        "python": "/opt/sglang-deploy/ml-env/bin/python",
+        "lane": profile["sglang_common_lane"],
+        "state": "started",
+        "memory_plan": profile["sglang_server_memory_plan"],
+        "mem_fraction_unsafe_ok": False,
+        "p2p_adjust": False,
+        "advertise_url": "",
+        "advertise_address": "10.0.0.21",
+        "unit": copy.deepcopy(UNIT),
+    }
+    values.update(overrides)
+    return values
+
+
+def resolve(host: str = "glm5-01", gpu_facts: dict[str, Any] | None = None, **overrides: Any) -> dict[str, Any]:
+    return server.resolve(server.ServerInputs.from_vars(inputs(**overrides)), host=host, gpu_facts=gpu_facts).to_dict()
+
+
+def facts(name: str) -> dict[str, Any]:
+    return gpufacts.collect(from_dir=FIXTURES / name).to_dict()
+
+
+def test_the_roles_handover_names_every_input_once() -> None:
+    """roles/sglang_server/vars/main.yml hands over exactly the resolver's inputs (no more, no fewer)."""
+    role_vars = yaml.safe_load((ROOT / "roles" / "sglang_server" / "vars" / "main.yml").read_text())
+    handed = role_vars["__sglang_server_inputs"]
+    assert set(handed) == set(server.ServerInputs.__dataclass_fields__)
+    assert set(handed["unit"]) == set(UNIT)
+    # every handed-over role variable is a documented default of the role
+    names = {v.strip("{} ").split(" | ")[0] for v in handed.values() if isinstance(v, str)}
+    names |= {v.strip("{} ") for v in handed["unit"].values()}
+    assert names <= set(SERVER_DEFAULTS), names - set(SERVER_DEFAULTS)
+
+
+def test_the_proxmox_profile_resolves_to_seed_004_with_the_key_from_the_env_file() -> None:
+    result = resolve()
+    flags = result["flags"]
+    # canonical: every value as sglang gets it on the command line
+    assert flags["tp-size"] == "8" and flags["mem-fraction-static"] == "0.92"
+    assert flags["api-key"] == {"env": server.API_KEY_ENV}
+    assert list(flags)[-1] == "api-key"  # the role's addition goes last; the profile's order stays
+    assert result["launch"]["exec_start"].startswith(
+        "/opt/sglang-deploy/ml-env/bin/python /usr/local/libexec/sglang-deploy/sglang_launcher.py --module sglang.launch_server"
+    )
+    assert result["environment"]["NCCL_P2P_DISABLE"] == "1"
+    assert result["unit"]["restart_marker"] == "/etc/sglang/sglang.restart-pending"
+    assert result["unit"]["env_file"] == "/etc/sglang/sglang.env"
+    assert result["endpoint"] == {
+        "bind_host": "0.0.0.0", "port": 8000, "local_url": "http://127.0.0.1:8000",
+        "worker_url": "http://10.0.0.21:8000", "served_model": "glm-5", "api_key_env": server.API_KEY_ENV,
+    }  # fmt: skip
+    plan = result["memory_plan"]
+    assert plan["safe"] is True and plan["requested"] == 0.92 and plan["mem_fraction_static"] == 0.92
+    assert result["launch"]["tp_size"] == 8
+    assert result["pending"] == [] and result["adjustments"] == {"flags": {}, "env": {}}
+
+
+def test_the_result_holds_no_secret() -> None:
+    result = resolve(secret_env={"HF_TOKEN": "hf_secret_value_123"})
+    text = json.dumps(result)
+    assert API_KEY not in text and "hf_secret_value_123" not in text
+    assert result["secret_env_names"] == ["HF_TOKEN", server.API_KEY_ENV]
+    secrets = server.secrets(server.ServerInputs.from_vars(inputs(secret_env={"HF_TOKEN": "hf_secret_value_123"})))
+    assert secrets == {"HF_TOKEN": "hf_secret_value_123", server.API_KEY_ENV: API_KEY}
+
+
+def test_the_tuned_profile_resolves_auto_to_the_planners_fraction_in_place() -> None:
+    result = resolve(profile="tuned")
+    flags = result["flags"]
+    assert flags["kv-cache-dtype"] == "bfloat16" and flags["speculative-algorithm"] == "EAGLE"
+    fraction = float(flags["mem-fraction-static"])
+    assert 0.5 < fraction < 0.92
+    assert fraction == result["memory_plan"]["recommended_mem_fraction_static"]
+    assert result["memory_plan"]["requested"] == "auto"
+    # replaced where the profile had it, not appended
+    base = list(resolve()["flags"])
+    assert list(flags).index("mem-fraction-static") == base.index("mem-fraction-static")
+
+
+def test_auto_without_a_gpu_size_is_pending_not_guessed() -> None:
+    plan = {k: v for k, v in inputs()["memory_plan"].items() if k != "gpu_memory_mib"}
+    result = resolve(profile="tuned", memory_plan=plan)
+    assert result["flags"]["mem-fraction-static"] == "auto"
+    assert result["memory_plan"] is None
+    assert result["pending"] == [
+        "mem-fraction-static auto needs the host's GPU facts (a driver) or sglang_server_memory_plan.gpu_memory_mib"
+    ]
+    # with the host's GPUs it is final
+    done = resolve(profile="tuned", memory_plan=plan, gpu_facts=facts("rtx-pro-6000-8gpu-passthrough"))
+    assert done["pending"] == [] and 0.5 < float(done["flags"]["mem-fraction-static"]) < 0.92
+
+
+def test_an_unsafe_fraction_is_refused_naming_host_variable_and_fix_unless_allowed() -> None:
+    with pytest.raises(server.ResolveError) as err:
+        resolve(flags_override={"mem-fraction-static": 0.95})
+    message = str(err.value)
+    assert message.startswith("host glm5-01: sglang_server_flags['mem-fraction-static'] = 0.95 is unsafe")
+    assert "sglang_server_mem_fraction_unsafe_ok: true" in message and "(or auto)" in message
+    allowed = resolve(flags_override={"mem-fraction-static": 0.95}, mem_fraction_unsafe_ok=True)
+    assert allowed["flags"]["mem-fraction-static"] == "0.95" and allowed["memory_plan"]["safe"] is False
+
+
+def test_p2p_adjustment_adds_what_the_p2p_check_needs_only_when_asked() -> None:
+    box = facts("rtx-pro-6000-8gpu-passthrough")
+    bare = {"flags_override": {"disable-custom-all-reduce": None}, "env_override": {"NCCL_P2P_DISABLE": None}}
+    left = resolve(gpu_facts=box, **bare)
+    assert "disable-custom-all-reduce" not in left["flags"] and "NCCL_P2P_DISABLE" not in left["environment"]
+    adjusted = resolve(gpu_facts=box, p2p_adjust=True, **bare)
+    assert adjusted["adjustments"] == {"flags": {"disable-custom-all-reduce": True}, "env": {"NCCL_P2P_DISABLE": "1"}}
+    assert adjusted["flags"]["disable-custom-all-reduce"] is True  # a switch: no value on the command line
+    assert adjusted["environment"]["NCCL_P2P_DISABLE"] == "1"
+    assert '"NCCL_P2P_DISABLE=1"' in adjusted["launch"]["environment_assignments"]
+
+
+def test_a_p2p_capable_box_or_no_facts_needs_no_adjustment() -> None:
+    assert resolve(p2p_adjust=True)["adjustments"] == {"flags": {}, "env": {}}
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        ({"state": "restarted"}, ["sglang_server_state=restarted", "Fix: use started, stopped or installed"]),
+        ({"api_key": ""}, ["0.0.0.0:8000", "sglang_server_api_key"]),
+        ({"api_key": "a key with spaces"}, ["sglang_server_api_key holds ' '"]),
+        ({"advertise_url": "http://user:pw@w1:8000"}, ["sglang_server_advertise_url"]),
+        ({"advertise_url": "http://w1:8000\n"}, ["sglang_server_advertise_url"]),
+        ({"flags_override": {"port": 70000}}, ["sglang_server_flags['port']"]),
+        ({"profile": "tunned"}, ["'tunned' is not one of sglang_server_profiles"]),
+        ({"secret_env": {"BAD NAME": "x"}}, ["sglang_server_secret_env"]),
+    ],
+)
+def test_bad_input_is_one_error_naming_the_host_and_the_variable(overrides: dict[str, Any], words: list[str]) -> None:
+    with pytest.raises(server.ResolveError) as err:
+        resolve(host="gpu-07", **overrides)
+    message = str(err.value)
+    assert message.startswith("host gpu-07: "), message
+    assert all(word in message for word in words), message
+    assert API_KEY not in message
+
+
+def test_an_unauthenticated_open_endpoint_resolves_only_when_the_inventory_says_so() -> None:
+    result = resolve(api_key="", allow_unauthenticated=True)
+    assert "api-key" not in result["flags"] and result["endpoint"]["api_key_env"] is None
+
+
+def test_advertise_url_replaces_the_worker_url_and_the_bind_address_never_leaks_into_it() -> None:
+    assert resolve(advertise_url="https://w1.example:8443/")["endpoint"]["worker_url"] == "https://w1.example:8443"
+    assert resolve(advertise_address="")["endpoint"]["worker_url"] == "http://glm5-01:8000"
+    assert resolve(advertise_address="fd00::21")["endpoint"]["worker_url"] == "http://[fd00::21]:8000"
+
+
+def test_the_inputs_are_checked_as_a_whole() -> None:
+    with pytest.raises(server.ResolveError, match=r"unknown server inputs \['flag'\]"):
+        server.ServerInputs.from_vars({**inputs(), "flag": {}})
+    with pytest.raises(server.ResolveError, match="server inputs"):
+        server.ServerInputs.from_vars({k: v for k, v in inputs().items() if k != "flags"})
+
+
+def test_inventory_flags_is_step_one_alone() -> None:
+    values = inputs()
+    merged = server.inventory_flags(values["flags"], "tuned", values["profiles"], {"port": 9000})
+    assert merged["kv-cache-dtype"] == "bfloat16" and merged["port"] == 9000
+    assert merged["mem-fraction-static"] == "auto"
