@@ -38,6 +38,9 @@ declare -A CALLS=(
   [dsa]="glm5-dsa-bf16:act+bench=1,64+snap glm5-dsa-fp8:bench=1,64 glm5-dsa-bf16-bs128:- glm5-dsa-bf16-small:bench=64 glm5-dsa-mtp:bench=1"
   # What the first two calls of 2026-12-01 left for the budget's rest: both variants.
   [rest]="glm5-mla-fp8-f070:bench=1 glm5-dsa-fp8:bench=1,64 glm5-mla-bf16-mtp:bench=1"
+  # What the budget left out of those three calls: the MTP starts and the memory-saving one.
+  [last]="glm5-dsa-mtp:bench=1 glm5-dsa-bf16-small:bench=64 glm5-mla-bf16-mtp:bench=1"
+  [small]="glm5-dsa-bf16-small:bench=64 glm5-mla-bf16-mtp:bench=1"
 )
 
 # ---------------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -45,7 +46,8 @@ def _records(start: str) -> dict[int, dict]:
 
 # --- the run itself -------------------------------------------------------------------------------
 def test_every_start_served_glm5s_architecture_through_the_rendered_unit() -> None:
-    assert STARTS == ["glm5-dsa-bf16", "glm5-dsa-bf16-bs128", "glm5-dsa-fp8", "glm5-mla-bf16", "glm5-mla-fp8", "glm5-mla-fp8-f070"]
+    assert STARTS == ["glm5-dsa-bf16", "glm5-dsa-bf16-bs128", "glm5-dsa-bf16-small", "glm5-dsa-fp8",
+                      "glm5-mla-bf16", "glm5-mla-fp8", "glm5-mla-fp8-f070"]
     for start in STARTS:
         log = _log(start)
         assert log.ready, start  # "The server is fired up and ready to roll!"
@@ -115,8 +117,9 @@ def test_the_planner_reproduces_kv_tokens_within_2_percent_and_free_memory_withi
     row = ROWS[start]
     assert abs(row["kv_tokens"]["error_pct"]) < 2.0, row["kv_tokens"]
     assert abs(row["free_after_capture_mib"]["error_pct"]) < 10.0, row["free_after_capture_mib"]
-    # Tighter than the issue asks: both are within 1 % on this run.
-    assert abs(row["kv_tokens"]["error_pct"]) < 1.0 and abs(row["free_after_capture_mib"]["error_pct"]) < 1.0
+    # Tighter than the issue asks: KV tokens within 1 % on every start, free memory within 2 % (1.5 % on the
+    # memory-saving start: graphs only to 32, 4,096-token chunks; under 1 % on the others).
+    assert abs(row["kv_tokens"]["error_pct"]) < 1.0 and abs(row["free_after_capture_mib"]["error_pct"]) < 2.0
     graphs = row["decode_graph_mib"]
     assert abs(graphs["planner"] - graphs["sglang"]) < 0.05 * graphs["sglang"], graphs
 
@@ -214,3 +217,39 @@ def test_the_tuned_profile_plans_a_safe_fraction_and_drops_the_conversion() -> N
     assert plan.recommended_mem_fraction_static == 0.87
     assert plan.kv_tokens is not None and plan.kv_tokens > 64 * 3072  # 64 requests of 3K tokens fit
     assert not any(reason.startswith("SLOW:") for reason in plan.reasons)
+
+
+# --- the calls that finished the issue's list (2026-12-01, evening): MTP and the memory-saving start ------
+MTP = ROOT / "tests" / "fixtures" / "real-sglang" / "h200-glm5-arch-0.5.17-mtp"
+
+
+def _decode_rates(start_dir: Path, running: int) -> list[tuple[bool, float]]:
+    """(CUDA graph used, generation tok/s) of each decode log line with ``running`` requests."""
+    text = (start_dir / "sglang.log").read_text()
+    pattern = rf"#running-req: {running},.*cuda graph: (True|False), gen throughput \(token/s\): ([0-9.]+)"
+    return [(graph == "True", float(rate)) for graph, rate in re.findall(pattern, text)]
+
+
+def test_mtp_launches_glm5_with_its_nextn_draft_and_without_accepted_drafts_only_costs() -> None:
+    """EAGLE over GLM-5's nextn layer starts (draft class, its graphs) and serves; random weights never
+    accept a draft, so one request gets slower, not faster (its gain needs real weights)."""
+    text = (MTP / "glm5-dsa-mtp" / "sglang.log").read_text()
+    log = startlog.parse(text)
+    assert log.ready and log.model_class == "GlmMoeDsaForCausalLM"
+    assert "type=GlmMoeDsaForCausalLMNextN" in text and "Capture draft extend CUDA graph end" in text
+    assert "accept len: 1.00, accept rate: 0.00" in text
+    (record,) = map(json.loads, (MTP / "glm5-dsa-mtp" / "bench" / "results.jsonl").read_text().splitlines())
+    assert record["completed"] == 5 and record["max_concurrency"] == 1
+    assert record["median_itl_ms"] > _records("glm5-dsa-bf16")[1]["median_itl_ms"]
+    mla = (MTP / "glm5-mla-bf16-mtp" / "sglang.log").read_text()
+    assert "type=DeepseekV3ForCausalLMNextN" in mla and "Capture draft decode CUDA graph end" in mla
+
+
+def test_a_graph_cap_below_the_concurrency_decodes_64_requests_without_graphs() -> None:
+    """cuda-graph-max-bs-decode 32 with 64 requests: every decode step of the batch runs eagerly, ~10x
+    slower on this GPU than the same start with graphs up to 64 (the bench at 64 timed out)."""
+    small = _decode_rates(RUN / "glm5-dsa-bf16-small", 64)
+    full = _decode_rates(RUN / "glm5-dsa-bf16", 64)
+    assert small and not any(graph for graph, _ in small)
+    assert full and all(graph for graph, _ in full)
+    assert 5 * statistics.median(rate for _, rate in small) < statistics.median(rate for _, rate in full)
