@@ -167,7 +167,8 @@ finish() {
   pack_results
 }
 
-device() {
+# The start of either call: results and log directories, the bundle, the helpers, the checkpoint.
+begin_call() {
   OUT=${OUT:-/tmp/day2-out}; mkdir -p "$OUT"
   R=$(mktemp -d /tmp/day2.XXXX)
   RENDER_IN="$ROOT/${DAY2_RENDER:-.cache/real-sglang/render}"; RENDER=$RENDER_IN
@@ -177,6 +178,10 @@ device() {
   phase unpack-bundle unpack "$CACHE/bundle" || return 1
   phase install-host-files install_host_files "$HOST" || return 1
   phase make-checkpoint make_checkpoint || return 1
+}
+
+device() {
+  begin_call || return 1
   phase cache-env-names find_cache_vars
   local k=/var/tmp/day2-caches/K k2=/var/tmp/day2-caches/K2
   rm -rf /var/tmp/day2-caches
@@ -201,15 +206,7 @@ device() {
 }
 
 device_traffic() {
-  OUT=${OUT:-/tmp/day2-out}; mkdir -p "$OUT"
-  R=$(mktemp -d /tmp/day2.XXXX)
-  RENDER_IN="$ROOT/${DAY2_RENDER:-.cache/real-sglang/render}"; RENDER=$RENDER_IN
-  exec > >(tee "$R/device.log") 2>&1
-  trap finish EXIT
-  device_facts | tee "$R/device-facts.txt"
-  phase unpack-bundle unpack "$CACHE/bundle" || return 1
-  phase install-host-files install_host_files "$HOST" || return 1
-  phase make-checkpoint make_checkpoint || return 1
+  begin_call || return 1
   local k=/var/tmp/day2-caches/K
   rm -rf /var/tmp/day2-caches
   RENDER="$R/units"
