@@ -45,11 +45,6 @@ def sglang_env_file_lines(secrets: Any, host: str = "?", variable: str = "sglang
         raise AnsibleFilterError(f"host {host}: {variable}: {err}") from None
 
 
-def sglang_api_key_problem(key: Any, variable: str) -> str:
-    """Why an API key is refused ('' when it is fine); the message never holds the key."""
-    return endpoint.api_key_problem(str(key or ""), variable) or ""
-
-
 def sglang_bearer_headers(key: Any) -> dict[str, str]:
     """The request headers of a client with API key ``key`` ({} without one). Use with no_log."""
     return {"Authorization": f"Bearer {key}"} if key else {}
@@ -78,7 +73,6 @@ class FilterModule:
             "sglang_server_resolve": sglang_server_resolve,
             "sglang_server_secrets": sglang_server_secrets,
             "sglang_env_file_lines": sglang_env_file_lines,
-            "sglang_api_key_problem": sglang_api_key_problem,
             "sglang_bearer_headers": sglang_bearer_headers,
             "sglang_path_component": sglang_path_component,
             "sglang_redact": sglang_redact,
