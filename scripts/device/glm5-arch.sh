@@ -41,6 +41,9 @@ declare -A CALLS=(
   # What the budget left out of those three calls: the MTP starts and the memory-saving one.
   [last]="glm5-dsa-mtp:bench=1 glm5-dsa-bf16-small:bench=64 glm5-mla-bf16-mtp:bench=1"
   [small]="glm5-dsa-bf16-small:bench=64 glm5-mla-bf16-mtp:bench=1"
+  # MTP's memory at a second fraction on DSA, and the MLA+MTP start given the first start's longer wait.
+  [mtp]="glm5-mla-bf16-mtp:bench=1 glm5-dsa-mtp-f075:bench=1"
+  [mtp-f075]="glm5-dsa-mtp-f075:bench=1"
 )
 
 # ---------------------------------------------------------------------------------------------------------

@@ -69,8 +69,8 @@ def glm5_row(name: str, log: startlog.StartLog, config: dict[str, Any], gpu_mib:
     plan = planner.plan(inputs)
     tokens = int(log.readings["max_total_num_tokens"] or 0)
     free = log.mib("available_gpu_mem_gib")
-    graphs = log.mib("decode_graphs_gib")
-    graphs_planned = plan.breakdown_mib["cuda_graphs"] + plan.breakdown_mib.get("kv_conversion", 0.0)
+    graphs = None if log.graphs_gib is None else round(log.graphs_gib * startlog.GIB_MIB, 1)
+    graphs_planned = sum(plan.breakdown_mib.get(k, 0.0) for k in ("cuda_graphs", "kv_conversion", "speculative_draft"))
     return {
         "start": name,
         "model_class": log.model_class,
@@ -84,6 +84,10 @@ def glm5_row(name: str, log: startlog.StartLog, config: dict[str, Any], gpu_mib:
         "decode_graph_mib": {
             "planner": round(graphs_planned, 1), "sglang": graphs,
             "of_which_kv_conversion_planner": round(plan.breakdown_mib.get("kv_conversion", 0.0), 1),
+            "of_which_speculative_planner": round(plan.breakdown_mib.get("speculative_draft", 0.0), 1),
+        },
+        "draft_weights_gib": {
+            "planner": plan.inputs["effective_draft_weights_gib_per_gpu"], "sglang": log.readings["draft_weights_gib"],
         },
         "free_after_capture_mib": {
             "planner": plan.free_after_start_mib, "sglang": free,
@@ -120,7 +124,7 @@ def glm5_markdown(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['start']} | {r['mem_fraction_static']} | {r['kv_cache_dtype']}, {r['attention']} "
             f"| {cell['planner']:,} / {cell['sglang']:,.0f} | {kv['planner']:,} / {kv['sglang']:,} ({kv['error_pct']:+.2f} %) "
-            f"| {graphs['planner']:,.0f} / {graphs['sglang']:,.0f} | {free['planner']:,.0f} / {free['sglang']:,.0f} ({free['error_pct']:+.1f} %) |"
+            f"| {graphs['planner']:,.0f} / {graphs['sglang'] or 0:,.0f} | {free['planner']:,.0f} / {free['sglang'] or 0:,.0f} ({free['error_pct'] or 0:+.1f} %) |"
         )
     return "\n".join(lines)
 

@@ -67,6 +67,15 @@ Calibration against the seed deployment (8x RTX PRO 6000, 97,887 MiB, TP8, GLM-5
    them (100,152 B bf16 and 61,464 B fp8 packed on the DSA backends, 89,856 / 44,928 B on flashinfer
    MLA), decode graphs 194 + 5.3 MiB per bs (DSA) and 50 + 5.3 (MLA), prefill activations 0.58 MiB per
    token. At TP 8 the seed calibration above stays (:func:`glm5_memory_terms`).
+10. EAGLE/MTP (measured on the H200, sglang 0.5.17, GLM-5's shapes, 2026-12-01, 3 steps, top-1, 4 draft
+   tokens): the draft's weights load *before* the pool is sized, so they come out of ``F0 * f`` like the
+   target's (``KV = (F0 * f - W - W_draft) / cell``, the cell grown by the draft's layers: sglang gives
+   the draft a pool of the same tokens). ``W_draft`` is the draft's own embedding, head and ``eh_proj``
+   plus its nextn layer(s) at the target's bytes per layer: :func:`draft_weights_gib` (4.66 GiB
+   predicted for the H200's checkpoint, 4.67 loaded). Its CUDA graphs (target verify, draft decode,
+   draft extend) replace the decode graphs: their memory is a measured multiple of the decode graphs'
+   (:attr:`MemoryTerms.speculative_graph_ratio`); without a measurement sglang's own 4 GiB estimate
+   (:data:`SPECULATIVE_RESERVE_MIB`) stands.
 
 The recommendation keeps :data:`RECOMMENDATION_MARGIN_MIB` (694 MiB, the allocation that failed in
 the seeds' OOM) on top of the outside terms and rounds down to a step of 0.01.
@@ -102,10 +111,13 @@ KV_CONVERSION_ELEMENT_BYTES = 2
 # What that conversion costs a decode step, per pool token (docstring, 8.): measured on an H200 at
 # 0.1295 us per pool token and step (78 layers; about 1 TB/s, a fifth of the card's bandwidth).
 KV_CONVERSION_US_PER_TOKEN_H200 = 0.1295
-# Draft model of EAGLE/MTP: its graphs (target-verify, draft decode, draft extend) and buffers. Not
-# measured here (no MTP start fitted the device time of 2026-12-01): sglang 0.5.10.post1's own estimate,
-# the 4 GiB ``_handle_gpu_memory_settings`` adds for EAGLE (server_args.py:1320-1326).
+# Draft model of EAGLE/MTP, for an architecture without measured terms (docstring, 10.): sglang
+# 0.5.10.post1's own estimate of its graphs and buffers, the 4 GiB ``_handle_gpu_memory_settings`` adds
+# for EAGLE (server_args.py:1320-1326).
 SPECULATIVE_RESERVE_MIB = 4096
+# The draft's own embedding, head and eh_proj (the projection of [embedding; hidden]) are BF16 in
+# GLM-5's checkpoints, quantized or not (docstring, 10.).
+DRAFT_DENSE_ELEMENT_BYTES = 2
 
 # sglang 0.5.10.post1 constants (server_args.py dataclass defaults and memory_pool.py:1805-1806).
 SGLANG_MAX_PREFILL_TOKENS_DEFAULT = 16_384
@@ -350,6 +362,9 @@ class MemoryTerms:
     activation_mib_per_token: float
     attention_workspace_mib: float
     source: str
+    # EAGLE/MTP: the memory of its graphs (target verify + draft decode + draft extend) over the decode
+    # graphs' of the same launch without it (docstring, 10.); None: not measured.
+    speculative_graph_ratio: float | None = None
 
 
 _H200_RUN = "tests/fixtures/real-sglang/h200-glm5-arch-0.5.17 (one H200, sglang 0.5.17, TP 1, measured 2026-12-01)"
@@ -359,13 +374,24 @@ _H200_RUN = "tests/fixtures/real-sglang/h200-glm5-arch-0.5.17 (one H200, sglang 
 # a prefill of 8,192 tokens left 4,602 MiB more reserved than the idle server (0.56 MiB per token; 0.58
 # between 1,024 and 8,192 tokens); between the pool and the first capture the attention backend took
 # 0.12 GiB (DSA) and 0.51-0.55 GiB (flashinfer MLA: its workspace and plan buffers).
-GLM5_TERMS_TP1_DSA = MemoryTerms(194.0, 5.3, 0.58, 123.0, _H200_RUN)
-GLM5_TERMS_TP1_MLA = MemoryTerms(50.0, 5.3, 0.58, 522.0, _H200_RUN + "; activations from the DSA start")
+# EAGLE/MTP, 3 steps, top-1, 4 draft tokens, bs 1..64 (docstring, 10.; the *-mtp starts of the same
+# folder): DSA target verify 1.21 + draft decode 0.35 + draft extend 0.53 = 2.09 GiB
+# against 0.52 GiB of decode graphs without MTP (4.02x); flashinfer MLA 0.93 + 0.85 (its draft extend
+# captures no graphs) = 1.78 GiB against 0.38 (4.68x).
+GLM5_MTP_GRAPH_RATIO_DSA = 4.02
+GLM5_MTP_GRAPH_RATIO_MLA = 4.68
+GLM5_TERMS_TP1_DSA = MemoryTerms(194.0, 5.3, 0.58, 123.0, _H200_RUN, GLM5_MTP_GRAPH_RATIO_DSA)
+GLM5_TERMS_TP1_MLA = MemoryTerms(
+    50.0, 5.3, 0.58, 522.0, _H200_RUN + "; activations from the DSA start", GLM5_MTP_GRAPH_RATIO_MLA
+)
 # The seed box (8x RTX PRO 6000, SM120, TP 8, sglang 0.5.10.post1): the calibration above (1.-6., 8.);
-# its attention workspace is inside the graph term there (what 0.92 left was measured after both).
+# its attention workspace is inside the graph term there (what 0.92 left was measured after both). MTP
+# there is unmeasured: the TP 1 ratio of its path (flashinfer MLA) on its graph term, an extrapolation.
 GLM5_TERMS_TP8_SEED = MemoryTerms(
     0.0, GRAPH_MIB_PER_BS, ACTIVATION_MIB_PER_TOKEN, 0.0,
-    "the seed box's 0.92 start (bs 1..64 graphs, 5.2 GiB left), conversion copy taken out; activations estimated",
+    "the seed box's 0.92 start (bs 1..64 graphs, 5.2 GiB left), conversion copy taken out; activations estimated;"
+    " MTP graphs: the H200's flashinfer MLA ratio, unverified at TP 8",
+    GLM5_MTP_GRAPH_RATIO_MLA,
 )  # fmt: skip
 
 
@@ -430,17 +456,38 @@ def architecture_inputs(
     }
     if conversion:
         notes.append(f"flashinfer MLA converts the fp8 pool to bf16 per layer: {conversion} B per pool token outside the pool")
+    if draft:
+        values.update(_draft_inputs(text, draft, tp))
+        notes.append(
+            f"EAGLE/MTP draft: {draft} of {_int(text, 'num_hidden_layers')} layers, its embedding and head "
+            f"{values['draft_embedding_gib_per_gpu']:.3f} GiB and eh_proj {values['draft_projection_gib_per_gpu']:.3f} "
+            "GiB per GPU in BF16, loaded inside the fraction before the pool"
+        )
     if architecture == "glm-5":
         terms = glm5_memory_terms(tp, dsa_attention=_is_nsa(config) and attention in (None, "dsa", "nsa"))
         values.update(graph_fixed_mib=terms.graph_fixed_mib, graph_mib_per_bs=terms.graph_mib_per_bs,
                       activation_mib_per_token=terms.activation_mib_per_token,
                       attention_workspace_mib=terms.attention_workspace_mib)  # fmt: skip
+        if draft and terms.speculative_graph_ratio is not None:
+            values["speculative_graph_ratio"] = terms.speculative_graph_ratio
+            notes.append(f"EAGLE/MTP graphs {terms.speculative_graph_ratio:g}x the decode graphs ({terms.source})")
         notes.append(
             f"GLM-5 terms: graphs {terms.graph_fixed_mib:g} + {terms.graph_mib_per_bs:g} MiB per bs, activations "
             f"{terms.activation_mib_per_token:g} MiB per prefill token, attention workspace "
             f"{terms.attention_workspace_mib:g} MiB ({terms.source})"
         )
     return values, notes
+
+
+def _draft_inputs(text: Mapping[str, Any], draft_layers: int, tp_size: int) -> dict[str, float]:
+    """The draft's weight terms (docstring, 10.): embedding and head split over the TP ranks (sglang's
+    vocab-parallel layers), eh_proj ([embedding; hidden] -> hidden) on every rank, in BF16."""
+    hidden, vocab = _int(text, "hidden_size"), _int(text, "vocab_size")
+    return {
+        "draft_embedding_gib_per_gpu": 2 * vocab * hidden * DRAFT_DENSE_ELEMENT_BYTES / tp_size / GIB,
+        "draft_projection_gib_per_gpu": 2 * hidden * hidden * DRAFT_DENSE_ELEMENT_BYTES / GIB,
+        "draft_layer_share": draft_layers / _int(text, "num_hidden_layers"),
+    }
 
 
 def weights_gib_from_index(index: Mapping[str, Any], tp_size: int) -> float:
@@ -574,6 +621,16 @@ class PlanInputs:
     enable_dp_attention: bool = False
     dp_size: int = 1
     speculative_algorithm: str | None = None
+    # EAGLE/MTP's draft (docstring, 10.): what it loads per GPU when known (a start log's second "Load
+    # weight end"); else estimated from its embedding and head (BF16, released for the target's after the
+    # load), its eh_proj and its share of the target's layers.
+    draft_weights_gib_per_gpu: float | None = None
+    draft_embedding_gib_per_gpu: float = 0.0
+    draft_projection_gib_per_gpu: float = 0.0
+    draft_layer_share: float = 0.0
+    # The draft's graphs over the decode graphs' memory (MemoryTerms.speculative_graph_ratio); None:
+    # sglang's own 4 GiB estimate (SPECULATIVE_RESERVE_MIB).
+    speculative_graph_ratio: float | None = None
     gpu_memory_used_mib: float = 0.0  # by other processes before the start (gpu facts)
     runtime_overhead_mib: float = SEED_RUNTIME_OVERHEAD_MIB
     graph_mib_per_bs: float = GRAPH_MIB_PER_BS
@@ -668,9 +725,13 @@ def plan(inputs: PlanInputs) -> Plan:
     if inputs.attention_workspace_mib:
         breakdown["attention_workspace"] = float(inputs.attention_workspace_mib)
     if _speculative(inputs.speculative_algorithm):
-        breakdown["speculative_draft"] = float(SPECULATIVE_RESERVE_MIB)
+        if inputs.speculative_graph_ratio is None:
+            breakdown["speculative_draft"] = float(SPECULATIVE_RESERVE_MIB)
+        else:  # its graphs replace the decode graphs: what they take on top of them
+            breakdown["speculative_draft"] = (inputs.speculative_graph_ratio - 1) * breakdown["cuda_graphs"]
     free0 = inputs.gpu_memory_mib - inputs.runtime_overhead_mib - inputs.gpu_memory_used_mib
 
+    draft_weights = draft_weights_gib(inputs)
     recommended = _recommend(inputs, free0, sum(breakdown.values()))
     fraction = inputs.mem_fraction_static
     at = fraction if fraction is not None else recommended
@@ -687,6 +748,8 @@ def plan(inputs: PlanInputs) -> Plan:
         available = round(free0 * (1 - fraction), 1)
         headroom = round(available - required, 1)
         free_after = available - sum(breakdown.get(k, 0.0) for k in _HELD_AFTER_START)
+        if draft_weights:  # the draft drops its own embedding and head for the target's once loaded
+            free_after += inputs.draft_embedding_gib_per_gpu * 1024
         safe = headroom >= 0
         if not safe:
             reasons.append(
@@ -731,6 +794,7 @@ def plan(inputs: PlanInputs) -> Plan:
             "effective_cuda_graph_max_bs": graph_bs,
             "sglang_default_reserved_mib": defaults.reserved_mib,
             "kv_token_buffers_mib": round(token_buffers, 1),
+            "effective_draft_weights_gib_per_gpu": round(draft_weights, 3),
         },
         reasons=reasons,
     )
@@ -743,6 +807,20 @@ _HELD_AFTER_START = ("cuda_graphs", "attention_workspace", "kv_conversion", "spe
 
 def _speculative(algorithm: str | None) -> bool:
     return algorithm is not None and algorithm.upper() not in ("", "NGRAM")
+
+
+def draft_weights_gib(inputs: PlanInputs) -> float:
+    """GiB per GPU an EAGLE/MTP draft loads before the pool is sized (docstring, 10.): the given
+    figure, else its embedding and head, its eh_proj and its share of the target's layers (the target's
+    weights less their own embedding and head); 0 without a draft or without the target's weights."""
+    if not _speculative(inputs.speculative_algorithm):
+        return 0.0
+    if inputs.draft_weights_gib_per_gpu is not None:
+        return inputs.draft_weights_gib_per_gpu
+    if inputs.weights_gib_per_gpu is None:
+        return 0.0
+    layers = max(inputs.weights_gib_per_gpu - inputs.draft_embedding_gib_per_gpu, 0.0) * inputs.draft_layer_share
+    return inputs.draft_embedding_gib_per_gpu + inputs.draft_projection_gib_per_gpu + layers
 
 
 def conversion_note(pool_tokens: int) -> str:
@@ -774,7 +852,7 @@ def _recommend(inputs: PlanInputs, free0: float, required: float) -> float | Non
     ratio = 0.0
     if inputs.kv_conversion_bytes_per_token and inputs.kv_bytes_per_token:
         ratio = inputs.kv_conversion_bytes_per_token / inputs.kv_bytes_per_token
-    weights_mib = (inputs.weights_gib_per_gpu or 0.0) * 1024
+    weights_mib = ((inputs.weights_gib_per_gpu or 0.0) + draft_weights_gib(inputs)) * 1024
     limit = (free0 - outside + ratio * weights_mib) / (free0 * (1 + ratio))
     best = math.floor(round(limit / FRACTION_STEP, 6)) * FRACTION_STEP
     best = round(min(best, 0.99), 2)
@@ -809,7 +887,7 @@ def _kv_tokens(inputs: PlanInputs, free0: float, fraction: float) -> int | None:
     """``profile_max_num_token`` + page alignment; None when weights or cell size are unknown."""
     if inputs.weights_gib_per_gpu is None or inputs.kv_bytes_per_token is None:
         return None
-    rest_bytes = (free0 * fraction * MIB) - inputs.weights_gib_per_gpu * GIB
+    rest_bytes = (free0 * fraction * MIB) - (inputs.weights_gib_per_gpu + draft_weights_gib(inputs)) * GIB
     tokens = int(rest_bytes) // inputs.kv_bytes_per_token
     if inputs.max_total_tokens is not None:
         tokens = min(tokens, inputs.max_total_tokens)
@@ -824,6 +902,11 @@ _FIELD_RANGES: dict[str, tuple[bool, float, bool]] = {
     "pp_size": (True, 1, False),
     "dp_size": (True, 1, False),
     "weights_gib_per_gpu": (False, 0, False),
+    "draft_weights_gib_per_gpu": (False, 0, False),
+    "draft_embedding_gib_per_gpu": (False, 0, False),
+    "draft_projection_gib_per_gpu": (False, 0, False),
+    "draft_layer_share": (False, 0, False),
+    "speculative_graph_ratio": (False, 1, False),
     "kv_bytes_per_token": (True, 1, False),
     "page_size": (True, 1, False),
     "mem_fraction_static": (False, 0, True),

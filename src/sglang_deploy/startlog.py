@@ -32,6 +32,15 @@ _READINGS = {
     "max_total_num_tokens": r"max_total_num_tokens=(\d+)",
     "available_gpu_mem_gib": r"max_total_num_tokens=.*?available_gpu_mem=([0-9.]+) GB",
     "context_len": r"max_total_num_tokens=.*?context_len=(\d+)",
+    # EAGLE/MTP: the target's verify graphs and the draft's own (they replace the decode graphs).
+    "verify_graphs_gib": r"Capture target verify CUDA graph end\..*?mem usage=([0-9.]+) GB",
+    "draft_decode_graphs_gib": r"Capture draft decode CUDA graph end\..*?mem usage=([0-9.]+) GB",
+    "draft_extend_graphs_gib": r"Capture draft extend CUDA graph end\..*?mem usage=([0-9.]+) GB",
+}
+# The second match of each: an EAGLE/MTP draft loads after the target and gets a pool of its own.
+_SECOND_READINGS = {
+    "draft_weights_gib": r"Load weight end\..*?mem usage=([0-9.]+) GB",
+    "draft_kv_size_gib": r"KV Cache is allocated\..*?KV size: ([0-9.]+) GB",
 }
 _INTEGERS = ("kv_tokens", "max_total_num_tokens", "context_len")
 _MODEL_CLASS = re.compile(r"Load weight end\..*?type=(\w+)")
@@ -66,9 +75,23 @@ class StartLog:
 
     @property
     def kv_bytes_per_token(self) -> float | None:
-        """The pool's bytes per token (sglang's KV size over its tokens; 2-decimal GiB: +-0.013 %)."""
+        """The pools' bytes per token (sglang's KV size over its tokens, an EAGLE/MTP draft's pool of the
+        same tokens included; 2-decimal GiB: +-0.013 %)."""
         size, tokens = self.readings.get("kv_size_gib"), self.readings.get("kv_tokens")
-        return None if not size or not tokens else float(size) * (1 << 30) / float(tokens)
+        if not size or not tokens:
+            return None
+        return (float(size) + float(self.readings.get("draft_kv_size_gib") or 0)) * (1 << 30) / float(tokens)
+
+    @property
+    def graphs_gib(self) -> float | None:
+        """What the decode-time CUDA graphs took: the decode graphs, or EAGLE/MTP's verify and draft graphs."""
+        if self.readings.get("decode_graphs_gib") is not None:
+            return float(self.readings["decode_graphs_gib"] or 0)
+        if self.readings.get("verify_graphs_gib") is None:
+            return None
+        # A draft phase whose backend captures no graphs (flashinfer MLA's draft extend) logs none.
+        spec = ("verify_graphs_gib", "draft_decode_graphs_gib", "draft_extend_graphs_gib")
+        return sum(float(self.readings.get(k) or 0) for k in spec)
 
 
 def parse(text: str) -> StartLog:
@@ -81,6 +104,9 @@ def parse(text: str) -> StartLog:
             readings[key] = None
         else:
             readings[key] = int(match.group(1)) if key in _INTEGERS else float(match.group(1))
+    for key, pattern in _SECOND_READINGS.items():
+        matches = re.findall(pattern, text)
+        readings[key] = float(matches[1]) if len(matches) > 1 else None
     model = _MODEL_CLASS.search(text)
     steps: dict[int, float] = {}
     for match in _CAPTURE_STEP.finditer(text):

@@ -5,6 +5,7 @@ to the seed box (GLM-5-NVFP4 at TP 8 on 97,887 MiB cards) against the seed's own
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import re
@@ -46,8 +47,8 @@ def _records(start: str) -> dict[int, dict]:
 
 # --- the run itself -------------------------------------------------------------------------------
 def test_every_start_served_glm5s_architecture_through_the_rendered_unit() -> None:
-    assert STARTS == ["glm5-dsa-bf16", "glm5-dsa-bf16-bs128", "glm5-dsa-bf16-small", "glm5-dsa-fp8",
-                      "glm5-mla-bf16", "glm5-mla-fp8", "glm5-mla-fp8-f070"]
+    assert STARTS == ["glm5-dsa-bf16", "glm5-dsa-bf16-bs128", "glm5-dsa-bf16-small", "glm5-dsa-fp8", "glm5-dsa-mtp",
+                      "glm5-dsa-mtp-f075", "glm5-mla-bf16", "glm5-mla-bf16-mtp", "glm5-mla-fp8", "glm5-mla-fp8-f070"]
     for start in STARTS:
         log = _log(start)
         assert log.ready, start  # "The server is fired up and ready to roll!"
@@ -105,11 +106,13 @@ def test_the_checkpoints_carry_glm5s_published_shapes_with_8_of_256_experts() ->
 @pytest.mark.parametrize("start", STARTS)
 def test_the_planners_kv_cell_is_sglangs_for_each_dtype_and_backend(start: str) -> None:
     """bf16 plain on DSA 100,152 B; fp8 in FlashMLA's packed layout 61,464 B (656 + 132 per layer); flashinfer
-    MLA without the indexer 89,856 / 44,928 B. sglang's own figure: its KV size (2-decimal GiB) / tokens."""
+    MLA without the indexer 89,856 / 44,928 B; with MTP the draft's pool of the same tokens adds its one layer
+    (x 79/78). sglang's own figure: its KV sizes (2-decimal GiB) / tokens."""
     cell = ROWS[start]["kv_bytes_per_token"]
     assert abs(cell["planner"] / cell["sglang"] - 1) < 0.0005, cell
     expected = {("dsa", "bfloat16"): 100_152, ("dsa", "fp8_e4m3"): 61_464, ("mla", "bfloat16"): 89_856, ("mla", "fp8_e4m3"): 44_928}
-    assert cell["planner"] == expected[("dsa" if "dsa" in start else "mla", ROWS[start]["kv_cache_dtype"])]
+    layers = expected[("dsa" if "dsa" in start else "mla", ROWS[start]["kv_cache_dtype"])]
+    assert cell["planner"] == (int(layers * (1 + 1 / 78)) if "mtp" in start else layers)
 
 
 @pytest.mark.parametrize("start", STARTS)
@@ -214,13 +217,16 @@ def test_the_tuned_profile_plans_a_safe_fraction_and_drops_the_conversion() -> N
     plan = _box_plan("auto", {k: v for k, v in tuned.items() if k != "mem-fraction-static"})
     assert "kv_conversion" not in plan.breakdown_mib and "speculative_draft" in plan.breakdown_mib
     assert plan.inputs["kv_bytes_per_token"] == int(100_152 * (1 + 1 / 78))  # bf16 plain + the nextn layer's pool
-    assert plan.recommended_mem_fraction_static == 0.87
-    assert plan.kv_tokens is not None and plan.kv_tokens > 64 * 3072  # 64 requests of 3K tokens fit
+    # The draft's graphs (the H200's MLA ratio on the seed's graph term) and its weights move the fraction.
+    assert plan.breakdown_mib["speculative_draft"] == pytest.approx((planner.GLM5_MTP_GRAPH_RATIO_MLA - 1) * 29 * 64, abs=1)
+    assert plan.inputs["effective_draft_weights_gib_per_gpu"] == pytest.approx(1.36, abs=0.01)
+    assert plan.recommended_mem_fraction_static == 0.84
+    # 64 of the bench's requests (1,024 in + 512 out) fit with room to spare.
+    assert plan.kv_tokens is not None and plan.kv_tokens > 1.5 * 64 * (1024 + 512)
     assert not any(reason.startswith("SLOW:") for reason in plan.reasons)
 
 
-# --- the calls that finished the issue's list (2026-12-01, evening): MTP and the memory-saving start ------
-MTP = ROOT / "tests" / "fixtures" / "real-sglang" / "h200-glm5-arch-0.5.17-mtp"
+# --- the calls that finished the issue's list (2026-12-01/02, night): MTP and the memory-saving start ------
 
 
 def _decode_rates(start_dir: Path, running: int) -> list[tuple[bool, float]]:
@@ -230,19 +236,35 @@ def _decode_rates(start_dir: Path, running: int) -> list[tuple[bool, float]]:
     return [(graph == "True", float(rate)) for graph, rate in re.findall(pattern, text)]
 
 
-def test_mtp_launches_glm5_with_its_nextn_draft_and_without_accepted_drafts_only_costs() -> None:
-    """EAGLE over GLM-5's nextn layer starts (draft class, its graphs) and serves; random weights never
-    accept a draft, so one request gets slower, not faster (its gain needs real weights)."""
-    text = (MTP / "glm5-dsa-mtp" / "sglang.log").read_text()
+@pytest.mark.parametrize(("start", "without"), [("glm5-dsa-mtp", "glm5-dsa-bf16"), ("glm5-dsa-mtp-f075", "glm5-dsa-bf16"),
+                                                ("glm5-mla-bf16-mtp", "glm5-mla-bf16")])  # fmt: skip
+def test_mtp_launches_glm5_with_its_nextn_draft_and_without_accepted_drafts_only_costs(start: str, without: str) -> None:
+    """EAGLE over GLM-5's nextn layer starts (draft class, its graphs) and serves on both attention paths;
+    random weights never accept a draft, so one request gets slower, not faster (its gain needs real weights)."""
+    text = (RUN / start / "sglang.log").read_text()
     log = startlog.parse(text)
-    assert log.ready and log.model_class == "GlmMoeDsaForCausalLM"
-    assert "type=GlmMoeDsaForCausalLMNextN" in text and "Capture draft extend CUDA graph end" in text
+    assert log.ready and log.model_class == _log(without).model_class
+    assert f"type={log.model_class}NextN" in text and "Capture draft decode CUDA graph end" in text
     assert "accept len: 1.00, accept rate: 0.00" in text
-    (record,) = map(json.loads, (MTP / "glm5-dsa-mtp" / "bench" / "results.jsonl").read_text().splitlines())
+    (record,) = _records(start).values()
     assert record["completed"] == 5 and record["max_concurrency"] == 1
-    assert record["median_itl_ms"] > _records("glm5-dsa-bf16")[1]["median_itl_ms"]
-    mla = (MTP / "glm5-mla-bf16-mtp" / "sglang.log").read_text()
-    assert "type=DeepseekV3ForCausalLMNextN" in mla and "Capture draft decode CUDA graph end" in mla
+    assert record["median_itl_ms"] > _records(without)[1]["median_itl_ms"]
+
+
+@pytest.mark.parametrize("start", ["glm5-dsa-mtp", "glm5-dsa-mtp-f075", "glm5-mla-bf16-mtp"])
+def test_the_planners_mtp_terms_are_the_drafts_weights_and_graphs(start: str) -> None:
+    """The draft loads 4.66-4.67 GiB inside the fraction before the pool (the planner: its BF16 embedding,
+    head and eh_proj plus one 78th of the target's layers); its graphs replace the decode graphs at the
+    planner's measured ratio (the f075 start is the ratio's check at another fraction)."""
+    row = ROWS[start]
+    assert row["draft_weights_gib"]["planner"] == pytest.approx(row["draft_weights_gib"]["sglang"], abs=0.02)
+    without = _log("glm5-dsa-bf16" if "dsa" in start else "glm5-mla-bf16").readings["decode_graphs_gib"]
+    ratio = planner.GLM5_MTP_GRAPH_RATIO_DSA if "dsa" in start else planner.GLM5_MTP_GRAPH_RATIO_MLA
+    assert _log(start).graphs_gib / without == pytest.approx(ratio, rel=0.02)  # type: ignore[operator]
+    # Without the draft's weights the plan would promise 13-17 % more KV tokens than sglang allocated.
+    inputs, _ = PVS.glm5_inputs(_log(start), json.loads((RUN / f"config-{'dsa' if 'dsa' in start else 'mla'}.json").read_text()), 143_771, 9)
+    naive = planner.plan(dataclasses.replace(inputs, draft_weights_gib_per_gpu=0.0))
+    assert naive.kv_tokens > 1.1 * row["kv_tokens"]["sglang"]  # type: ignore[operator]
 
 
 def test_a_graph_cap_below_the_concurrency_decodes_64_requests_without_graphs() -> None:

@@ -554,3 +554,30 @@ def test_the_conversion_copy_grows_with_the_fraction_and_the_recommendation_acco
 
 
 SEED_MARGIN = planner.RECOMMENDATION_MARGIN_MIB
+
+
+def test_an_eagle_draft_loads_inside_the_fraction_and_its_graphs_follow_the_measured_ratio() -> None:
+    """docstring 10.: the draft's weights come off the pool like the target's; its graphs are a measured
+    multiple of the decode graphs, else sglang's own 4 GiB; NGRAM has no draft model."""
+    eagle = dict(SEED, speculative_algorithm="EAGLE", mem_fraction_static=0.85, kv_conversion_bytes_per_token=0)
+    base = plan(PlanInputs(**eagle))
+    assert base.breakdown_mib["speculative_draft"] == planner.SPECULATIVE_RESERVE_MIB
+    assert base.inputs["effective_draft_weights_gib_per_gpu"] == 0.0  # nothing known about the draft
+    draft = dict(draft_embedding_gib_per_gpu=0.5, draft_projection_gib_per_gpu=0.1, draft_layer_share=1 / 78)
+    estimated = plan(PlanInputs(**eagle, **draft, speculative_graph_ratio=3.0))
+    share = (planner.SEED_WEIGHTS_GIB_PER_GPU - 0.5) / 78
+    assert estimated.inputs["effective_draft_weights_gib_per_gpu"] == pytest.approx(0.5 + 0.1 + share, abs=1e-3)
+    lost = round(estimated.inputs["effective_draft_weights_gib_per_gpu"] * planner.GIB / SEED["kv_bytes_per_token"])
+    assert base.kv_tokens - estimated.kv_tokens == pytest.approx(lost, abs=64)  # type: ignore[operator]  # pages of 64
+    assert estimated.breakdown_mib["speculative_draft"] == pytest.approx(2 * estimated.breakdown_mib["cuda_graphs"], abs=0.1)
+    # The released embedding and head come back before capture.
+    assert estimated.free_after_start_mib - base.free_after_start_mib == pytest.approx(  # type: ignore[operator]
+        base.breakdown_mib["speculative_draft"] - estimated.breakdown_mib["speculative_draft"] + 0.5 * 1024, abs=4
+    )
+    # A measured figure wins over the estimate; NGRAM (no draft model) counts neither.
+    given = plan(PlanInputs(**eagle, **draft, draft_weights_gib_per_gpu=2.0))
+    assert given.inputs["effective_draft_weights_gib_per_gpu"] == 2.0
+    ngram = plan(PlanInputs(**dict(eagle, speculative_algorithm="NGRAM"), **draft, draft_weights_gib_per_gpu=2.0))
+    assert "speculative_draft" not in ngram.breakdown_mib and ngram.inputs["effective_draft_weights_gib_per_gpu"] == 0.0
+    with pytest.raises(planner.PlanError, match="speculative_graph_ratio"):
+        plan(PlanInputs(**eagle, speculative_graph_ratio=0.5))  # fewer graphs than without a draft: not a GPU's

@@ -256,7 +256,7 @@ def _print_table(result: planner.Plan, notes: list[str]) -> None:
         "cuda_graphs": f"CUDA graphs (max bs {inputs['effective_cuda_graph_max_bs']})",
         "activations": f"activations (chunk {inputs['effective_chunked_prefill_size']})",
         "allocator_slack": "allocator slack",
-        "speculative_draft": "EAGLE/MTP draft (sglang's own estimate)",
+        "speculative_draft": "EAGLE/MTP graphs beyond the decode graphs",
         "kv_conversion": "fp8 pool converted to bf16 (flashinfer MLA)",
         "attention_workspace": "attention backend's workspace",
     }
@@ -270,6 +270,8 @@ def _print_table(result: planner.Plan, notes: list[str]) -> None:
         table.add_row("free after graph capture (est.)", f"{result.free_after_start_mib:,.0f} MiB")
         verdict = "[green]safe[/]" if result.safe else "[red]UNSAFE[/]"
         table.add_row("verdict", verdict)
+    if inputs["effective_draft_weights_gib_per_gpu"]:
+        table.add_row("EAGLE/MTP draft weights (inside the fraction)", f"{inputs['effective_draft_weights_gib_per_gpu']:.2f} GiB")
     if result.kv_tokens is not None:
         table.add_row(f"KV pool at {result.kv_tokens_at}", f"{result.kv_tokens:,} tokens")
     recommended = result.recommended_mem_fraction_static
