@@ -22,6 +22,10 @@ shift 2
 
 cache="${REPO_ROOT}/.cache/debian-tools/${pkg}"
 mkdir -p "${REPO_ROOT}/.cache/debian-tools"
+# A fetch that fails half-way leaves no staging directory behind (exec below replaces the shell, so
+# the trap only ever runs on a failure).
+staging=""
+trap 'if [[ -n "$staging" ]]; then rm -rf "$staging"; fi' EXIT
 
 unpack() {
   # Fetch and unpack under a lock (parallel test workers may ask at once), into a staging directory
@@ -29,10 +33,7 @@ unpack() {
   [[ -f "${cache}/.unpacked" ]] && return 0
   command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null ||
     die "apt-get and dpkg-deb are needed to fetch ${pkg} (a Debian machine)"
-  local staging
   staging="$(mktemp -d "${REPO_ROOT}/.cache/debian-tools/.${pkg}.XXXXXX")"
-  # shellcheck disable=SC2064 # expand now: the staging directory of this call
-  trap "rm -rf '${staging}'" RETURN
   log "fetching Debian's ${pkg} (apt-get download; not installed) into ${cache}"
   # apt's sandbox user cannot write into a root-owned staging directory: download as the caller.
   if ! (cd "$staging" && timeout 300 apt-get download -qq -o APT::Sandbox::User=root "$pkg" >"${staging}/apt.log" 2>&1); then
@@ -51,6 +52,8 @@ unpack() {
   basename "$deb" >"${staging}/root/.unpacked"
   rm -rf "$cache"
   mv "${staging}/root" "$cache"
+  rm -rf "$staging"
+  staging=""
 }
 
 exec 9>"${REPO_ROOT}/.cache/debian-tools/.lock"
