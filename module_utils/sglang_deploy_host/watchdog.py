@@ -70,6 +70,14 @@ XID_NEEDS_RESET = frozenset({48, 79, 95, 119, 120, 154})
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+)")
 # syslog priorities systemd reads from a "<N>" line prefix when stdout is the journal.
 _PRIORITY = {"err": 3, "warning": 4, "notice": 5, "info": 6}
+KEY_FIX = (
+    "the API key in the unit's env file and the server's must be the same: run the role again "
+    "(it writes both), then `systemctl restart` the server if it still runs with an old key"
+)
+REQUEST_FIX = (
+    "the server refuses the watchdog's request (POST /generate, text and sampling_params as sglang's native "
+    "API takes them): check that --url is an sglang server and its version serves /generate"
+)
 SERVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9:_.@-]*\.service")
 
 
@@ -133,8 +141,9 @@ class UnitState:
 class Generation:
     ok: bool
     what: str
-    # A refusal a restart cannot fix (401/403: the API key; another 4xx: the request).
+    # A refusal a restart cannot fix (401/403: the API key; another 4xx: the request), and its fix.
     refused: bool = False
+    fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -224,9 +233,9 @@ def generate(config: Config, api_key: str) -> Generation:
         return Generation(False, str(err))
     took = time.monotonic() - started
     if answer.status in (401, 403):
-        return Generation(False, f"{what}: HTTP {answer.status}: the server refuses the API key", refused=True)
+        return Generation(False, f"{what}: HTTP {answer.status}: the server refuses the API key", True, KEY_FIX)
     if 400 <= answer.status < 500:
-        return Generation(False, f"{what}: HTTP {answer.status} {answer.text[:200]!r}", refused=True)
+        return Generation(False, f"{what}: HTTP {answer.status} {answer.text[:200]!r}", True, REQUEST_FIX)
     if answer.status != 200:
         return Generation(False, f"{what}: HTTP {answer.status} {answer.text[:200]!r}")
     try:
@@ -288,15 +297,14 @@ def decide(config: Config, state: State, seen: Observation, now: float, mono: fl
     invocation = seen.unit.invocation_id
     if generation.ok:
         if state.last_result != OK:
-            after = f" after {state.failures} failed check(s)" if state.failures else ""
-            say("notice", OK, f"{unit} generates again{after}: {generation.what}; {seen.gpu_summary}")
+            after = f" again after {state.last_result}" if state.last_result else ""
+            say("notice", OK, f"{unit} generates{after}: {generation.what}; {seen.gpu_summary}")
         new.failures, new.restarts, new.last_result = 0, 0, OK
         new.generated_invocation = invocation
         return Decision(new, lines, False, 0)
     if generation.refused:
         new.failures = 0
-        say("err", REFUSED, f"{unit}: {generation.what}. Not restarting: a restart does not change this. "
-                            "Fix: the API key in the unit's env file and the server's must be the same (run the role again)")  # fmt: skip
+        say("err", REFUSED, f"{unit}: {generation.what}. Not restarting: a restart does not change this. Fix: {generation.fix}")
         new.last_result = REFUSED
         return Decision(new, lines, False, 1)
     up_s = mono - seen.unit.active_since if seen.unit.active_since is not None else None

@@ -254,7 +254,7 @@ def test_ticks_against_a_stalled_server_restart_it_and_never_show_the_key(
         assert [wd.check(cfg), wd.check(cfg)] == [1, 1]
         out = capsys.readouterr().out
         assert (tmp_path / "systemctl.calls").read_text() == "restart --no-block sglang.service\n"
-        assert "sglang-watchdog: OK: sglang.service generates again" in out
+        assert "sglang-watchdog: OK: sglang.service generates: POST /generate: 4 token(s)" in out
         assert "sglang-watchdog: CHECK FAILED: 1/2" in out and "sglang-watchdog: RESTART: sglang.service failed 2" in out
         assert KEY not in out and KEY not in (tmp_path / "state.json").read_text()
         state = json.loads((tmp_path / "state.json").read_text())
