@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 
 import pytest
@@ -40,7 +41,7 @@ def _tick(host, says: bool = True) -> tuple[int, str]:  # type: ignore[no-untype
     (bounded), after `journalctl --sync`."""
     cursor = re.search(r"-- cursor: (\S+)", host.run("journalctl -q -n 1 --show-cursor -o cat --no-pager").stdout)
     done = host.run(f"systemctl start {WATCHDOG}.service")
-    after = f"--after-cursor={cursor.group(1)}" if cursor else ""
+    after = f"--after-cursor={shlex.quote(cursor.group(1))}" if cursor else ""  # s=...;i=...: quoted
     deadline = time.monotonic() + (10 if says else 0)
     while True:
         host.run("journalctl --sync")
