@@ -10,6 +10,9 @@ description:
   - Writes C(gpufacts.py) (the unit's ExecStartPre= GPU idle check), C(sglang_launcher.py) (its
     ExecStart=, which hands secrets to sglang in-process) and C(unitcheck.py) (the unit's
     validator before install) into I(dest), root-owned and read-only to everyone else.
+  - C(watchdog) is not one file but a copy of the package the watchdog needs
+    (C(python3 -m sglang_deploy_host.watchdog), with C(PYTHONPATH=)I(dest)C(/python)): the watchdog
+    and the modules it imports, nothing else, in I(dest)C(/python/sglang_deploy_host/), mode 0644.
   - The source is the project's one copy, module_utils/sglang_deploy_host, which Ansible ships
     with this module; the CLI and the plugins import the same files.
 options:
@@ -21,7 +24,7 @@ options:
     description: Which helpers to install.
     type: list
     elements: str
-    choices: [gpufacts, sglang_launcher, unitcheck]
+    choices: [gpufacts, sglang_launcher, unitcheck, watchdog]
     default: [gpufacts, sglang_launcher, unitcheck]
 """
 
@@ -44,25 +47,28 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 
 # Imported so that Ansible ships them with this module; their sources are what gets installed.
-from ansible.module_utils.sglang_deploy_host import gpufacts, sglang_launcher, unitcheck  # noqa: F401
-from ansible.module_utils.sglang_deploy_host.interp import source
+from ansible.module_utils.sglang_deploy_host import gpufacts, sglang_launcher, unitcheck, watchdog  # noqa: F401
+from ansible.module_utils.sglang_deploy_host.interp import package_closure, source
 
 MODE = 0o755
+# A module of a package copy is read, not run.
+PACKAGE_MODE = 0o644
+PACKAGES = ("watchdog",)
 
 
-def _current(path: str) -> tuple[bytes | None, bool]:
-    """The file's bytes, and whether its owner and mode are already root/0755."""
+def _current(path: str, mode: int = MODE) -> tuple[bytes | None, bool]:
+    """The file's bytes, and whether its owner and mode are already root and ``mode``."""
     try:
         info = os.stat(path)
         with open(path, "rb") as handle:
             data = handle.read()
     except FileNotFoundError:
         return None, False
-    right = info.st_uid == 0 and info.st_gid == 0 and (info.st_mode & 0o7777) == MODE
+    right = info.st_uid == 0 and info.st_gid == 0 and (info.st_mode & 0o7777) == mode
     return data, right
 
 
-def _write(path: str, data: bytes) -> None:
+def _write(path: str, data: bytes, mode: int = MODE) -> None:
     """Replace ``path`` atomically: a running unit sees the old or the new helper, never half."""
     directory = os.path.dirname(path)
     handle, temporary = tempfile.mkstemp(prefix=".sglang-host-file.", dir=directory)
@@ -70,7 +76,7 @@ def _write(path: str, data: bytes) -> None:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
         os.chown(temporary, 0, 0)
-        os.chmod(temporary, MODE)
+        os.chmod(temporary, mode)
         os.rename(temporary, path)
     except BaseException:
         if os.path.exists(temporary):
@@ -85,7 +91,7 @@ def main() -> None:
             "names": {
                 "type": "list",
                 "elements": "str",
-                "choices": ["gpufacts", "sglang_launcher", "unitcheck"],
+                "choices": ["gpufacts", "sglang_launcher", "unitcheck", "watchdog"],
                 "default": ["gpufacts", "sglang_launcher", "unitcheck"],
             },
         },
@@ -93,19 +99,22 @@ def main() -> None:
     )
     dest = module.params["dest"]
     files, changed_files, diffs = [], [], []
-    if not os.path.isdir(dest):
-        changed_files.append(dest)
-        diffs.append({"before_header": dest, "after_header": dest, "before": "absent\n", "after": "directory\n"})
+
+    def directory(path: str) -> None:
+        if os.path.isdir(path):
+            return
+        changed_files.append(path)
+        diffs.append({"before_header": path, "after_header": path, "before": "absent\n", "after": "directory\n"})
         if not module.check_mode:
-            os.makedirs(dest, mode=0o755, exist_ok=True)
-            os.chown(dest, 0, 0)
-    for name in module.params["names"]:
-        path = os.path.join(dest, f"{name}.py")
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            os.chown(path, 0, 0)
+
+    def install(path: str, name: str, mode: int) -> None:
         files.append(path)
         wanted = source(name)
-        data, right = _current(path)
+        data, right = _current(path, mode)
         if data == wanted and right:
-            continue
+            return
         changed_files.append(path)
         diffs.append(
             {
@@ -116,7 +125,18 @@ def main() -> None:
             }
         )
         if not module.check_mode:
-            _write(path, wanted)
+            _write(path, wanted, mode)
+
+    directory(dest)
+    for name in module.params["names"]:
+        if name in PACKAGES:
+            package = os.path.join(dest, "python", "sglang_deploy_host")
+            directory(os.path.join(dest, "python"))
+            directory(package)
+            for member in package_closure(name):
+                install(os.path.join(package, f"{member}.py"), member, PACKAGE_MODE)
+        else:
+            install(os.path.join(dest, f"{name}.py"), name, MODE)
     module.exit_json(changed=bool(changed_files), files=files, changed_files=changed_files, diff=diffs)
 
 

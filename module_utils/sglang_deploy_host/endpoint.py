@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
+from .files import UnreadableFileError, read_regular_file
 from .sglang_launcher import split_command_line
 from .systemd import env_file_values, exec_start_argv
 
@@ -72,6 +73,8 @@ GENERATE_DEADLINE_S = 120.0
 # The largest answer read: chat answers and the model list are kilobytes. Read in pieces, so an
 # endless body costs this much memory, not all of it.
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
+# The unit's environment file: a few lines of secrets; anything larger is not that file.
+ENV_FILE_MAX_BYTES = 64 * 1024
 _READ_PIECE = 64 * 1024
 
 
@@ -789,9 +792,13 @@ def _api_key(env_file: Optional[str], name: str) -> str:
     if env_file is None:
         return os.environ.get(name, "")
     try:
-        text = Path(env_file).read_text(encoding="utf-8")
+        text = read_regular_file(env_file, ENV_FILE_MAX_BYTES).decode("utf-8")
     except OSError as err:
         raise ValueError(f"env file {env_file}: cannot read it ({err.strerror})") from None
+    except UnreadableFileError as err:
+        raise ValueError(f"env file {env_file}: {err}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"env file {env_file}: not UTF-8 text") from None
     return env_file_values(text).get(name, "")
 
 

@@ -503,8 +503,10 @@ def collect(
     nvidia_smi: str = DEFAULT_NVIDIA_SMI,
     from_dir: Path | None = None,
     runner: Callable[[Sequence[str]], Output] | None = None,
+    p2p: bool = True,
 ) -> GpuFacts:
-    """Run the three invocations and parse them.
+    """Run the three invocations and parse them (``p2p=False``: the first two only, for a health
+    check that does not need the peer-to-peer matrix).
 
     ``from_dir`` replays a fixture directory; ``runner`` (nvidia-smi's arguments -> Output) runs
     them elsewhere, e.g. through testinfra's ``host.run`` on a remote host.
@@ -534,11 +536,13 @@ def collect(
             errors.append(f"nvidia-smi -q -x output is not XML ({err})")
     if xml_out.rc != 0:
         errors.append(_failure(XML_ARGS, xml_out))
-    p2p_out = get("topo-p2p-r.txt")
-    p2p = parse_p2p(p2p_out.stdout) if p2p_out.rc == 0 else []
-    if p2p_out.rc != 0:
-        errors.append(_failure(P2P_ARGS, p2p_out))
-    facts = merge(gpus, details, header, p2p, errors)
+    links: list[P2PLink] = []
+    if p2p:
+        p2p_out = get("topo-p2p-r.txt")
+        links = parse_p2p(p2p_out.stdout) if p2p_out.rc == 0 else []
+        if p2p_out.rc != 0:
+            errors.append(_failure(P2P_ARGS, p2p_out))
+    facts = merge(gpus, details, header, links, errors)
     facts.nvidia_smi_found = query.rc != EXIT_NOT_FOUND
     return facts
 
@@ -578,6 +582,18 @@ def health_problems(facts: GpuFacts) -> list[str]:
     for gpu in facts.gpus:
         problems.extend(gpu.health_problems)
     return problems
+
+
+def visible_gpu_count(facts: GpuFacts, visible: str | None) -> tuple[int, str]:
+    """Usable GPUs a server with ``CUDA_VISIBLE_DEVICES=visible`` (None: unset) sees, and how they
+    were counted (indices or UUIDs, as CUDA reads the variable)."""
+    healthy = facts.healthy_gpus()
+    if visible is None:
+        return len(healthy), f"{len(healthy)} usable GPU(s) of {facts.gpu_count} listed"
+    wanted = [v.strip() for v in visible.split(",") if v.strip()]
+    usable = {str(g.index) for g in healthy} | {g.uuid for g in healthy if g.uuid}
+    count = sum(1 for v in wanted if v in usable)
+    return count, f"{count} usable GPU(s) in CUDA_VISIBLE_DEVICES={visible}"
 
 
 def busy_problems(facts: GpuFacts, max_used_mib: int) -> list[str]:

@@ -8,6 +8,7 @@ those). The sources are copied into a private temporary directory and run with `
 
 from __future__ import annotations
 
+import ast
 import os
 import pkgutil
 import subprocess
@@ -25,6 +26,25 @@ def source(name: str) -> bytes:
     if data is None:
         raise FileNotFoundError(f"{PACKAGE}.{name} has no source here")
     return data
+
+
+def package_closure(name: str) -> "list[str]":
+    """``name`` and every submodule it imports relatively, recursively, plus ``__init__``: the files a
+    copy of this package needs for ``python -m sglang_deploy_host.<name>`` (sorted)."""
+    found = {"__init__"}
+    pending = [name]
+    while pending:
+        current = pending.pop()
+        if current in found:
+            continue
+        found.add(current)
+        for node in ast.walk(ast.parse(source(current))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    pending.append(node.module.split(".")[0])
+                else:  # from . import a, b
+                    pending.extend(alias.name for alias in node.names)
+    return sorted(found)
 
 
 def run_module(

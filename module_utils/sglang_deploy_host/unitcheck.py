@@ -76,12 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     verify = sub.add_parser("verify", help="verify a unit file; any output fails")
     verify.add_argument("file", help="the unit file (any name)")
-    verify.add_argument("--as", dest="name", required=True, help="its unit name, e.g. sglang.service")
+    verify.add_argument("--as", dest="name", required=True, help="its unit name, e.g. sglang.service or sglang-watchdog.timer")
     verify.add_argument("--allow-missing-command", action="store_true",
                         help="a missing ExecStart= binary is a note (it is not installed yet)")
     args = parser.parse_args(argv)
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9:_.@-]*\.service", args.name):
-        print(f"unitcheck: --as {args.name!r} is not a service unit name", file=sys.stderr)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9:_.@-]*\.(service|timer)", args.name):
+        print(f"unitcheck: --as {args.name!r} is not a service or timer unit name", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="unitcheck-") as work:
         unit = Path(work) / args.name

@@ -32,6 +32,7 @@ from sglang_deploy_host.gpufacts import (
     health_problems,
     version_tuple,
 )
+from sglang_deploy_host.gpufacts import visible_gpu_count as gpufacts_visible_gpu_count
 from sglang_deploy.launch import LaunchConfig
 
 # Minimum Linux driver of each CUDA toolkit release (NVIDIA CUDA Toolkit release notes, table
@@ -98,15 +99,9 @@ def nccl_p2p_off(environment: Mapping[str, str]) -> bool:
 
 
 def visible_gpu_count(facts: GpuFacts, environment: Mapping[str, str]) -> tuple[int, str]:
-    """Usable GPUs the server will see, and how they were counted."""
-    healthy = facts.healthy_gpus()
-    visible = environment.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return len(healthy), f"{len(healthy)} usable GPU(s) of {facts.gpu_count} listed"
-    wanted = [v.strip() for v in visible.split(",") if v.strip()]
-    usable = {str(g.index) for g in healthy} | {g.uuid for g in healthy if g.uuid}
-    count = sum(1 for v in wanted if v in usable)
-    return count, f"{count} usable GPU(s) in CUDA_VISIBLE_DEVICES={visible}"
+    """Usable GPUs the server will see, and how they were counted (gpufacts.visible_gpu_count: the
+    watchdog on the host counts them the same way)."""
+    return gpufacts_visible_gpu_count(facts, environment.get("CUDA_VISIBLE_DEVICES"))
 
 
 def _gpus_of_launch(facts: GpuFacts, tp: int) -> set[int]:

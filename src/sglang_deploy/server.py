@@ -23,11 +23,13 @@ holds variable names only, so printing it (``-v``, ``render --json``) shows no s
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sglang_deploy_host import endpoint, gpufacts, systemd
+from sglang_deploy_host import watchdog as host_watchdog
 from sglang_deploy import architectures, planner, preflight
 from sglang_deploy.lanes import LaneError, load_lane
 from sglang_deploy.launch import (
@@ -70,6 +72,7 @@ class ServerInputs:
     p2p_adjust: bool = False
     advertise_url: str = ""
     advertise_address: str = ""
+    watchdog: Mapping[str, Any] | None = None
 
     @classmethod
     def from_vars(cls, values: Mapping[str, Any]) -> ServerInputs:
@@ -113,6 +116,7 @@ class ResolvedServer:
     adjustments: dict[str, dict[str, Any]]
     secret_env_names: list[str]
     pending: list[str] = field(default_factory=list)
+    watchdog: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """``state``: the service state asked for; ``flags``: the canonical launch flags (what sglang gets; ``{env: NAME}`` for secrets);
@@ -121,7 +125,8 @@ class ResolvedServer:
         ``unit``: systemd.unit_settings plus ``restart_marker``; ``endpoint``: bind_host, port,
         local_url, worker_url, served_model, api_key_env; ``memory_plan``: the planner's result or
         None; ``adjustments``: what the P2P adjustment added; ``pending``: what could not be resolved
-        without the host's GPU facts (empty when the launch is final)."""
+        without the host's GPU facts (empty when the launch is final); ``watchdog``: the watchdog
+        timer's units and checked values (:func:`watchdog_settings`)."""
         return asdict(self)
 
 
@@ -178,6 +183,7 @@ def _resolve(inputs: ServerInputs, host: str, gpu_facts: Mapping[str, Any] | Non
     if problem:
         raise LaunchConfigError(problem)
     launch = config.to_dict()
+    served = _endpoint(inputs, launch["flags"], host)
     return ResolvedServer(
         host=host,
         lane=inputs.lane,
@@ -186,11 +192,12 @@ def _resolve(inputs: ServerInputs, host: str, gpu_facts: Mapping[str, Any] | Non
         environment=launch["environment"],
         launch=launch,
         unit=unit,
-        endpoint=_endpoint(inputs, launch["flags"], host),
+        endpoint=served,
         memory_plan=plan,
         adjustments=adjustments,
         secret_env_names=secret_env,
         pending=pending,
+        watchdog=watchdog_settings(inputs.watchdog or {}, unit, served, launch),
     )
 
 
@@ -357,3 +364,84 @@ def _endpoint(inputs: ServerInputs, flags: Mapping[str, Any], host: str) -> Endp
         served_model=served,
         api_key_env=API_KEY_ENV if inputs.api_key else None,
     )
+
+
+# The watchdog's numbers (the role's sglang_server_watchdog_<key>) and their smallest values.
+_WATCHDOG_COUNTS = {
+    "interval_sec": 10, "failures": 1, "backoff_initial_sec": 1, "backoff_max_sec": 1, "timeout_sec": 1,
+    "start_grace_sec": 0, "gpu_count": 0,
+}  # fmt: skip
+# What systemd gives the watchdog's one tick beyond its generation: nvidia-smi (at most 120 s in
+# gpufacts), journalctl and systemctl (30 s each).
+_WATCHDOG_TICK_EXTRA_SEC = 240
+
+
+def watchdog_settings(
+    values: Mapping[str, Any], unit: Mapping[str, Any], served: Endpoint, launch: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The watchdog timer's units (module_utils/sglang_deploy_host/watchdog.py is its check): names,
+    paths, ``ExecStart=`` and the values its templates use, each checked and named by its variable.
+    ``values`` are the role's ``sglang_server_watchdog_*`` without that prefix."""
+
+    def var(key: str) -> str:
+        return f"sglang_server_watchdog_{key}"
+
+    unknown = sorted(set(values) - set(_WATCHDOG_COUNTS) - {"enabled"})
+    if unknown:
+        raise ResolveError(f"unknown watchdog inputs {[var(k) for k in unknown]}")
+    enabled = values.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise LaunchConfigError(f"{var('enabled')} = {enabled!r} is not true or false")
+    counts = {key: systemd.count(var(key), values.get(key, minimum), minimum) for key, minimum in _WATCHDOG_COUNTS.items()}
+    if counts["backoff_max_sec"] < counts["backoff_initial_sec"]:
+        raise LaunchConfigError(
+            f"{var('backoff_max_sec')} = {counts['backoff_max_sec']} is below {var('backoff_initial_sec')} = "
+            f"{counts['backoff_initial_sec']}. Fix: raise the maximum or lower the first pause"
+        )
+    name = host_watchdog.unit_name(str(unit["name"]))
+    host = endpoint.client_host(served.bind_host).strip("[]")
+    allow = "localhost"
+    if not endpoint.is_loopback(host):
+        try:
+            allow = f"localhost {ipaddress.ip_address(host)}"
+        except ValueError:
+            if enabled:
+                raise LaunchConfigError(
+                    f"{var('enabled')}: the server binds the host name {host!r}, and the watchdog's IPAddressAllow= "
+                    "needs an address. Fix: bind an IP address (sglang_server_flags host), or set "
+                    f"{var('enabled')}: false"
+                ) from None
+    expected = counts["gpu_count"] or int(launch.get("tp_size") or 1)
+    visible = dict(launch.get("environment") or {}).get("CUDA_VISIBLE_DEVICES")
+    state_file = f"/var/lib/{name}/state.json"
+    args = [
+        ["--unit", f"{unit['name']}.service"],
+        ["--url", served.local_url],
+        ["--env-file", str(unit["env_file"])],
+        *([["--api-key-env", served.api_key_env]] if served.api_key_env else []),
+        ["--expected-gpus", str(expected)],
+        *([["--visible-devices", str(visible)]] if visible is not None else []),
+        ["--state-file", state_file],
+        ["--failures", str(counts["failures"])],
+        ["--backoff-initial", str(counts["backoff_initial_sec"])],
+        ["--backoff-max", str(counts["backoff_max_sec"])],
+        ["--timeout", str(counts["timeout_sec"])],
+        ["--start-grace", str(counts["start_grace_sec"])],
+    ]
+    python_path = f"{unit['libexec_dir']}/python"
+    return {
+        "enabled": enabled,
+        "name": name,
+        "service_path": f"{unit['unit_dir']}/{name}.service",
+        "timer_path": f"{unit['unit_dir']}/{name}.timer",
+        # The files the role installs there: the watchdog and the modules it imports (sglang_host_files).
+        "python_path": python_path,
+        "state_directory": name,
+        "state_file": state_file,
+        "exec_start": systemd.exec_start(["/usr/bin/python3", "-m", "sglang_deploy_host.watchdog", "check"], args),
+        "environment_assignments": [systemd.environment_assignment("PYTHONPATH", python_path)],
+        "ip_address_allow": allow,
+        "timeout_start_sec": counts["timeout_sec"] + _WATCHDOG_TICK_EXTRA_SEC,
+        "expected_gpus": expected,
+        **counts,
+    }

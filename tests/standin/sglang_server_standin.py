@@ -37,6 +37,12 @@ environment variables (the unit's argv stays the inventory's):
                                           redirect (generation requests answer 307 to
                                           --standin-redirect-to / SGLANG_STANDIN_REDIRECT_TO + path)
   --standin-load-delay / SGLANG_STANDIN_LOAD_DELAY   seconds of "loading" (503) after start (default 2)
+  --standin-mode-file / SGLANG_STANDIN_MODE_FILE     a file holding one of the modes above, read at
+                                          every request: a server started before the file was last
+                                          written switches to that mode while it runs (molecule flips
+                                          the running unit into ``stall``: /health* keep answering
+                                          200); a server started after it ignores it, as a restart
+                                          clears a hung scheduler
 
 Streamed answers (bench_serving's way to measure) are paced so that what a client measures can be
 computed beforehand. With R = --standin-tokens-per-s, C = --standin-max-tokens-per-s and n
@@ -105,6 +111,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-running-requests", type=int)
     parser.add_argument("--enable-metrics", action="store_true")
     parser.add_argument("--standin-mode", choices=MODES, default=os.environ.get("SGLANG_STANDIN_MODE", "ok"))
+    parser.add_argument("--standin-mode-file", default=os.environ.get("SGLANG_STANDIN_MODE_FILE", ""))
     parser.add_argument("--standin-load-delay", type=float, default=_env_number("SGLANG_STANDIN_LOAD_DELAY", "2"))
     parser.add_argument("--standin-tokens-per-s", type=float, default=_env_number("SGLANG_STANDIN_TOKENS_PER_S", "0"))
     parser.add_argument(
@@ -226,14 +233,30 @@ class StandinState:
         self.args = args
         self.served_name = args.served_model_name or args.model_path
         self.started = time.monotonic()
+        self.started_wall = time.time()
         self.pacer = Pacer(args.standin_tokens_per_s, args.standin_max_tokens_per_s, args.standin_ttft_ms / 1000.0)
         self._requests = itertools.count(1)
         self._count_lock = threading.Lock()
         self.generations = 0
 
     @property
+    def mode(self) -> str:
+        """--standin-mode, or the mode file's when it was written after this server started."""
+        path = self.args.standin_mode_file
+        if path:
+            try:
+                if os.stat(path).st_mtime >= self.started_wall:
+                    with open(path, encoding="utf-8") as handle:
+                        wanted = handle.read(64).strip()
+                    if wanted in MODES:
+                        return wanted
+            except OSError:
+                pass  # no file: the launch mode
+        return str(self.args.standin_mode)
+
+    @property
     def loading(self) -> bool:
-        if self.args.standin_mode == "never-ready":
+        if self.mode == "never-ready":
             return True
         return time.monotonic() - self.started < self.args.standin_load_delay
 
@@ -257,7 +280,7 @@ class StandinState:
         )
 
     def answer_for(self, prompt: str) -> str:
-        return GARBLE if self.args.standin_mode == "garble" else rule_answer(prompt)
+        return GARBLE if self.mode == "garble" else rule_answer(prompt)
 
     def server_info(self) -> dict[str, Any]:
         """A trimmed ``/server_info``: sglang returns every ServerArgs field, api_key in clear."""
@@ -433,14 +456,14 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
                 message = f"stand-in: generation request {number} fails on purpose (--standin-fail-every {every})"
                 self._send(500, {"object": "error", "message": message, "type": "InternalServerError", "param": None, "code": 500})
                 return
-            if state.args.standin_mode == "redirect":
+            if state.mode == "redirect":
                 self.send_response(307)
                 self.send_header("Location", state.args.standin_redirect_to.rstrip("/") + self.path)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
             with state.pacer.request():
-                if state.args.standin_mode == "stall":
+                if state.mode == "stall":
                     self._stall(bool(request.get("stream")))
                 elif self.path == "/generate":
                     self._generate(request)
@@ -497,7 +520,7 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
             prompt = request.get("text") if isinstance(request.get("text"), str) else ""
             prompt_tokens = len(input_ids) if isinstance(input_ids, list) else len(_tokens(prompt))
             words = _stream_words(state.answer_for(prompt), max_new, bool(params.get("ignore_eos")))
-            if state.args.standin_mode == "empty":
+            if state.mode == "empty":
                 words = []
             rid = uuid.uuid4().hex
             started = time.monotonic()

@@ -171,7 +171,8 @@ def test_the_journal_command_quotes_the_unit() -> None:
     """ansible.builtin.command splits its free-form line like shlex: bash gets the script whole."""
     bash, flag, script = shlex.split(doctor_command.journal_command("sglang@a\\x2db", 5))
     assert (bash, flag) == ("bash", "-c")
-    assert shlex.split(script.split("|")[0])[3:7] == ["journalctl", "-u", "sglang@a\\x2db", "--no-pager"]
+    assert shlex.split(script.split("|")[0])[3:9] == [
+        "journalctl", "-u", "sglang@a\\x2db", "-u", "sglang@a\\x2db-watchdog", "--no-pager"]  # fmt: skip
 
 
 @pytest.mark.parametrize(

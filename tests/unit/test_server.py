@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ import yaml
 from conftest import ROOT
 
 from sglang_deploy import server
-from sglang_deploy_host import gpufacts
+from sglang_deploy_host import gpufacts, systemd
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 PROFILE_DIR = ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers"
@@ -28,6 +29,13 @@ UNIT = {
     "hardening": SERVER_DEFAULTS["sglang_server_hardening"], "start_timeout_sec": 2400,
     "stop_timeout_sec": 90, "restart_sec": 30, "start_limit_burst": 3,
     "start_limit_interval_sec": 3600, "limit_nofile": 1048576, "gpu_idle_max_used_mib": 1024,
+}  # fmt: skip
+
+
+# The role's sglang_server_watchdog_* defaults, as the role hands them over.
+WATCHDOG = {
+    "enabled": True, "interval_sec": 60, "failures": 3, "backoff_initial_sec": 600, "backoff_max_sec": 7200,
+    "timeout_sec": 60, "start_grace_sec": 2400, "gpu_count": 0,
 }  # fmt: skip
 
 
@@ -54,6 +62,7 @@ def inputs(**overrides: Any) -> dict[str, Any]:
         "advertise_url": "",
         "advertise_address": "10.0.0.21",
         "unit": copy.deepcopy(UNIT),
+        "watchdog": dict(WATCHDOG),
     }
     values.update(overrides)
     return values
@@ -208,3 +217,47 @@ def test_inventory_flags_is_step_one_alone() -> None:
     merged = server.inventory_flags(values["flags"], "tuned", values["profiles"], {"port": 9000})
     assert merged["kv-cache-dtype"] == "bfloat16" and merged["port"] == 9000
     assert merged["mem-fraction-static"] == "auto"
+
+
+# -- the watchdog ----------------------------------------------------------------------------------
+def test_the_watchdog_gets_its_units_and_a_checked_command_line_without_the_key() -> None:
+    resolved = resolve()
+    dog = resolved["watchdog"]
+    assert (dog["name"], dog["enabled"], dog["expected_gpus"]) == ("sglang-watchdog", True, 8)
+    assert dog["service_path"] == "/etc/systemd/system/sglang-watchdog.service"
+    assert dog["timer_path"] == "/etc/systemd/system/sglang-watchdog.timer"
+    argv = systemd.split_words(dog["exec_start"].replace("\\\n", " "))
+    assert argv[:4] == ["/usr/bin/python3", "-m", "sglang_deploy_host.watchdog", "check"]
+    pairs = dict(zip(argv[4::2], argv[5::2]))
+    assert pairs["--url"] == resolved["endpoint"]["local_url"] == "http://127.0.0.1:8000"
+    assert pairs["--env-file"] == resolved["unit"]["env_file"] and pairs["--api-key-env"] == "SGLANG_API_KEY"
+    assert pairs["--state-file"] == "/var/lib/sglang-watchdog/state.json" and pairs["--start-grace"] == "2400"
+    assert API_KEY not in dog["exec_start"] and API_KEY not in str(dog)
+    assert dog["ip_address_allow"] == "localhost" and dog["timeout_start_sec"] == 300
+
+
+def test_the_watchdog_follows_the_launch_and_the_bind_address() -> None:
+    four = resolve(flags_override={"tp-size": 4, "host": "10.0.0.21"}, env_override={"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
+    dog = four["watchdog"]
+    assert dog["expected_gpus"] == 4 and "--visible-devices 4,5,6,7" in dog["exec_start"]
+    assert dog["ip_address_allow"] == "localhost 10.0.0.21" and "--url http://10.0.0.21:8000" in dog["exec_start"]
+    assert resolve(watchdog={**WATCHDOG, "gpu_count": 2})["watchdog"]["expected_gpus"] == 2
+    assert "--api-key-env" not in resolve(api_key="", flags_override={"host": "127.0.0.1"})["watchdog"]["exec_start"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"failures": 0}, "sglang_server_watchdog_failures = 0 is not an integer >= 1"),
+     ({"interval_sec": "60s"}, "sglang_server_watchdog_interval_sec = '60s' is not an integer"),
+     ({"backoff_max_sec": 60}, "sglang_server_watchdog_backoff_max_sec = 60 is below sglang_server_watchdog_backoff_initial_sec"),
+     ({"enabled": "yes"}, "sglang_server_watchdog_enabled = 'yes' is not true or false")],
+)  # fmt: skip
+def test_bad_watchdog_values_name_the_variable(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(server.ResolveError, match=f"host glm5-01: {re.escape(message)}"):
+        resolve(watchdog={**WATCHDOG, **change})
+
+
+def test_a_host_name_bind_needs_the_watchdog_off() -> None:
+    with pytest.raises(server.ResolveError, match="binds the host name 'gpu-box'.*sglang_server_watchdog_enabled: false"):
+        resolve(flags_override={"host": "gpu-box"})
+    assert resolve(flags_override={"host": "gpu-box"}, watchdog={**WATCHDOG, "enabled": False})["watchdog"]["enabled"] is False

@@ -1,7 +1,7 @@
 """``sglang-deploy doctor``: name known sglang failures in a server log and print their fixes.
 
 Reads a log file, stdin (``-``), or the unit's journal on inventory hosts through Ansible
-(``-i INV [--host H] [--unit sglang]``). Exit status 0 when nothing is found, 1 when something is,
+(``-i INV [--host H] [--unit sglang]``), with its watchdog's lines (the unit ``<unit>-watchdog``). Exit status 0 when nothing is found, 1 when something is,
 2 when the log could not be read.
 """
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_deploy import doctor, inputfiles
+from sglang_deploy_host import watchdog
 
 DEFAULT_JOURNAL_LINES = 5000
 # journalctl -n bounds the lines, not their length: what comes back is capped like a log file too.
@@ -145,12 +146,13 @@ def journal_via_ansible(inventory: str, pattern: str, unit: str, lines: int) -> 
 
 
 def journal_command(unit: str, lines: int) -> str:
-    """The command that prints the journal's last ``lines`` on a host, cut there (``head -c``) just past
-    LOG_MAX_BYTES, so that long lines cannot send more back (2 bytes past: Ansible strips one trailing
-    newline, and a cut journal must still read as over the cap); pipefail keeps journalctl's own
-    failure the command's."""
+    """The command that prints the journal's last ``lines`` of the unit and its watchdog on a host,
+    cut there (``head -c``) just past LOG_MAX_BYTES, so that long lines cannot send more back (2 bytes
+    past: Ansible strips one trailing newline, and a cut journal must still read as over the cap);
+    pipefail keeps journalctl's own failure the command's."""
+    units = f"-u {shlex.quote(unit)} -u {shlex.quote(watchdog.unit_name(unit))}"
     script = (
-        f"set -o pipefail; journalctl -u {shlex.quote(unit)} --no-pager -o cat -n {int(lines)} "
+        f"set -o pipefail; journalctl {units} --no-pager -o cat -n {int(lines)} "
         f"| head -c {LOG_MAX_BYTES + 2}"
     )
     return shlex.join(["bash", "-c", script])

@@ -1,0 +1,300 @@
+"""The watchdog (module_utils/sglang_deploy_host/watchdog.py): its decisions tick by tick, and its
+checks against the real parts that run here: the sglang HTTP stand-in over HTTP on 127.0.0.1 (ok,
+empty, stall, a wrong key, flipped at run time through its mode file), gpufacts' parser over the
+nvidia-smi stand-in and its fixtures. systemd does not run here: molecule/sglang_endpoint runs the
+watchdog's unit against the real sglang unit (tests/infra/test_watchdog.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from conftest import StandinProcess as Standin
+
+from sglang_deploy_host import watchdog as wd
+from sglang_deploy_host.systemd import env_file_line
+
+KEY = "watchdog-test-key"
+NVIDIA_SMI = ROOT / "tests" / "standin" / "nvidia-smi"
+FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
+# A line as the NVIDIA driver writes it to the kernel log (the Xid catalog's format).
+XID_79 = "NVRM: Xid (PCI:0000:06:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+XID_13 = "NVRM: Xid (PCI:0000:01:00): 13, pid=4242, name=python3, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)"
+
+
+def config(tmp_path: Path, **changes: object) -> wd.Config:
+    values: dict = dict(unit="sglang.service", url="http://127.0.0.1:9", env_file=None, api_key_env=None,
+                        expected_gpus=8, state_file=str(tmp_path / "state.json"), failures=3,
+                        backoff_initial_s=300.0, backoff_max_s=1000.0, timeout_s=5.0, start_grace_s=600.0)  # fmt: skip
+    values.update(changes)
+    return wd.Config(**values)  # type: ignore[arg-type]
+
+
+ACTIVE = wd.UnitState("active", "running", "inv-1", active_since=0.0)
+GOOD = wd.Generation(True, "POST /generate: 4 token(s) in 0.1s")
+HUNG = wd.Generation(False, "POST http://127.0.0.1:9/generate: no complete answer within 5 s")
+
+
+def seen(generation: wd.Generation | None = GOOD, unit: wd.UnitState = ACTIVE, problems: list[str] | None = None,
+         xids: list[str] | None = None) -> wd.Observation:  # fmt: skip
+    return wd.Observation(unit, problems or [], "8 of 8 expected GPUs usable", xids or [], generation)
+
+
+class Ticks:
+    """Feeds observations through decide() as the timer would, one tick every ``interval`` s."""
+
+    def __init__(self, cfg: wd.Config, interval: float = 60.0, mono: float = 10_000.0) -> None:
+        self.cfg, self.state, self.now, self.mono, self.interval = cfg, wd.State(), 1_000_000.0, mono, interval
+
+    def tick(self, observation: wd.Observation) -> wd.Decision:
+        self.now += self.interval
+        self.mono += self.interval
+        decision = wd.decide(self.cfg, self.state, observation, self.now, self.mono)
+        self.state = decision.state
+        return decision
+
+
+def words(decision: wd.Decision) -> list[str]:
+    return [text.split(":", 2)[1].strip() for _priority, text in decision.lines]
+
+
+# -- decisions -------------------------------------------------------------------------------------
+def test_a_healthy_server_is_left_alone_and_the_watchdog_is_silent(tmp_path: Path) -> None:
+    ticks = Ticks(config(tmp_path))
+    first = ticks.tick(seen())
+    assert words(first) == ["OK"] and not first.restart and first.status == 0
+    for _ in range(10):
+        later = ticks.tick(seen())
+        assert later.lines == [] and not later.restart and later.status == 0
+    assert ticks.state.generated_invocation == "inv-1" and ticks.state.failures == 0
+
+
+def test_n_failures_in_a_row_restart_once_then_back_off_doubling_to_the_cap(tmp_path: Path) -> None:
+    ticks = Ticks(config(tmp_path), interval=60.0)
+    ticks.tick(seen())
+    decisions = [ticks.tick(seen(HUNG)) for _ in range(3)]
+    assert [d.restart for d in decisions] == [False, False, True]
+    assert words(decisions[0]) == ["CHECK FAILED"] and "1/3" in decisions[0].lines[0][1]
+    restart = decisions[2].lines[0][1]
+    assert restart.startswith("sglang-watchdog: RESTART: sglang.service failed 3 checks in a row")
+    assert "no complete answer within 5 s" in restart and "(restart 1 since it last generated; the next one 300s" in restart
+    # The restarted server generated once (so its failures count at once), then hangs again: 3 more
+    # failures end 240 s after the restart, inside the 300 s back-off: held; restarted at 300 s.
+    new_run = wd.UnitState("active", "running", "inv-2", active_since=ticks.mono)
+    ticks.tick(seen(GOOD, new_run))
+    assert ticks.state.restarts == 0, "a server that generates again resets the back-off"
+    ticks.state.restarts, ticks.state.last_restart = 1, ticks.now - 60  # as if it had not generated
+    held = [ticks.tick(seen(HUNG, new_run)) for _ in range(3)]
+    assert [words(d) for d in held] == [["CHECK FAILED"], ["CHECK FAILED"], ["RESTART HELD"]]
+    assert "back-off 300s" in held[2].lines[0][1] and not held[2].restart
+    second = ticks.tick(seen(HUNG, new_run))  # 300 s after the restart: the back-off is over
+    assert second.restart and "restart 2" in second.lines[0][1] and "the next one 600s" in second.lines[0][1]
+    assert [wd.backoff_s(ticks.cfg, n) for n in (1, 2, 3, 4, 5)] == [300, 600, 1000, 1000, 1000]
+
+
+def test_a_server_that_has_not_generated_since_its_start_gets_its_grace(tmp_path: Path) -> None:
+    ticks = Ticks(config(tmp_path, start_grace_s=600.0), mono=0.0)
+    loading = wd.UnitState("active", "running", "inv-9", active_since=0.0)
+    decisions = [ticks.tick(seen(HUNG, loading)) for _ in range(9)]  # 60..540 s after its start
+    assert words(decisions[0]) == ["WAITING"] and all(d.lines == [] for d in decisions[1:])
+    assert not any(d.restart for d in decisions) and ticks.state.failures == 0
+    after = [ticks.tick(seen(HUNG, loading)) for _ in range(3)]  # 600 s on: the failures count
+    assert [d.restart for d in after] == [False, False, True]
+
+
+def test_a_missing_gpu_is_reported_once_and_never_restarted(tmp_path: Path) -> None:
+    ticks = Ticks(config(tmp_path))
+    ticks.tick(seen())
+    lost = ["7 usable GPU(s) of 8 listed, 8 expected", "nvidia-smi cannot open GPU 00000000:06:00.0: GPU is lost."]
+    decisions = [ticks.tick(seen(None, problems=lost)) for _ in range(20)]
+    assert not any(d.restart for d in decisions) and all(d.status == 1 for d in decisions)
+    assert words(decisions[0]) == ["GPU PROBLEM"] and all(d.lines == [] for d in decisions[1:])
+    line = decisions[0].lines[0][1]
+    assert "7 usable GPU(s) of 8 listed, 8 expected" in line and "Not restarting sglang.service" in line
+    assert "nvidia-smi -r -i" in line  # the fix, gpufacts' words
+    back = ticks.tick(seen())
+    assert words(back) == ["OK"], "a GPU that comes back (a host reset) is noticed"
+
+
+def test_xid_lines_are_reported_and_those_that_need_a_reset_stop_restarts(tmp_path: Path) -> None:
+    ticks = Ticks(config(tmp_path))
+    ticks.tick(seen())
+    soft = ticks.tick(seen(GOOD, xids=[XID_13]))
+    assert words(soft) == ["GPU XID"] and "Xid 13 on 0000:01:00" in soft.lines[0][1] and soft.status == 0
+    hard = ticks.tick(seen(None, xids=[XID_79, XID_79]))
+    assert words(hard) == ["GPU XID", "GPU PROBLEM"] and not hard.restart
+    assert "Xid 79 on 0000:06:00: the GPU needs a reset" in hard.lines[1][1]
+    assert wd.xid_codes([XID_79, XID_13, XID_79]) == [("0000:06:00", 79), ("0000:01:00", 13)]
+
+
+def test_an_idle_unit_or_a_refused_key_is_not_restarted(tmp_path: Path) -> None:
+    ticks = Ticks(config(tmp_path))
+    idle = [ticks.tick(seen(None, wd.UnitState("failed", "failed"))) for _ in range(3)]
+    assert words(idle[0]) == ["IDLE"] and idle[1].lines == [] and not any(d.restart for d in idle)
+    refused = wd.Generation(False, "POST /generate: HTTP 401: the server refuses the API key", refused=True)
+    decisions = [ticks.tick(seen(refused)) for _ in range(5)]
+    assert all(words(d) == ["REFUSED"] and not d.restart for d in decisions)
+
+
+# -- the generation, against the real stand-in ---------------------------------------------------
+def _standin(tmp_path: Path, name: str, *args: str) -> Standin:
+    return Standin(tmp_path / f"{name}.log", "--api-key", KEY, "--standin-load-delay", "0", *args)
+
+
+def _env_file(tmp_path: Path, key: str = KEY) -> str:
+    path = tmp_path / "sglang.env"
+    path.write_text(env_file_line("SGLANG_API_KEY", key) + "\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+def test_generation_needs_a_real_token_within_the_deadline(tmp_path: Path) -> None:
+    servers = {mode: _standin(tmp_path, mode, "--standin-mode", mode) for mode in ("ok", "empty", "stall")}
+    try:
+        cfg = {mode: config(tmp_path, url=s.url, timeout_s=2.0) for mode, s in servers.items()}
+        ok = wd.generate(cfg["ok"], KEY)
+        assert ok.ok and "4 token(s)" in ok.what
+        empty = wd.generate(cfg["empty"], KEY)
+        assert not empty.ok and not empty.refused and "no token generated (completion_tokens=0)" in empty.what
+        started = time.monotonic()
+        stalled = wd.generate(cfg["stall"], KEY)
+        assert not stalled.ok and not stalled.refused and "no complete answer within 2 s" in stalled.what
+        assert time.monotonic() - started < 5
+        wrong = wd.generate(cfg["ok"], "another-key")
+        assert not wrong.ok and wrong.refused and "HTTP 401" in wrong.what and "another-key" not in wrong.what
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def test_the_stand_in_flips_into_a_mode_while_it_runs_and_a_restart_clears_it(tmp_path: Path) -> None:
+    """What molecule does to the running unit: /health keeps answering 200, /generate hangs; a
+    server started after the flip generates (as a restart clears a hung scheduler)."""
+    mode_file = tmp_path / "standin-mode"
+    before = _standin(tmp_path, "before", "--standin-mode-file", str(mode_file))
+    try:
+        cfg = config(tmp_path, url=before.url, timeout_s=2.0)
+        assert wd.generate(cfg, KEY).ok
+        mode_file.write_text("stall\n")
+        assert not wd.generate(cfg, KEY).ok
+        from sglang_deploy_host import endpoint
+
+        assert endpoint.Endpoint(before.url).get("/health_generate").status == 200
+        time.sleep(0.05)
+        after = _standin(tmp_path, "after", "--standin-mode-file", str(mode_file))
+        try:
+            assert wd.generate(config(tmp_path, url=after.url, timeout_s=2.0), KEY).ok
+        finally:
+            after.stop()
+    finally:
+        before.stop()
+
+
+# -- the GPUs, through the nvidia-smi stand-in -------------------------------------------------------
+@pytest.mark.parametrize(
+    ("fixture", "expected", "visible", "problem"),
+    [("rtx-pro-6000-8gpu-passthrough", 8, None, None),
+     ("rtx-pro-6000-8gpu-passthrough", 4, "0,1,2,3", None),
+     ("rtx-pro-6000-8gpu-lost", 8, None, "7 usable GPU(s) of 8 listed, 8 expected"),
+     ("rtx-pro-6000-8gpu-ecc", 8, None, "6 usable GPU(s) of 8 listed, 8 expected"),
+     ("h200-1gpu", 8, None, "1 usable GPU(s) of 1 listed, 8 expected")],
+)  # fmt: skip
+def test_gpu_check_reads_nvidia_smi_as_preflight_does(
+    fixture: str, expected: int, visible: str | None, problem: str | None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("NVIDIA_SMI_FIXTURE_DIR", str(FIXTURES / fixture))
+    monkeypatch.setenv("NVIDIA_SMI_STANDIN_LOG", str(tmp_path / "calls.log"))
+    problems, summary = wd.gpu_check(config(tmp_path, nvidia_smi=str(NVIDIA_SMI), expected_gpus=expected, visible_devices=visible))
+    if problem is None:
+        assert problems == [] and summary == f"{expected} of {expected} expected GPUs usable"
+    else:
+        assert problems[0] == problem
+        # and why, where a GPU is listed but unusable: the lost GPU, the ECC state
+        assert len(problems) == (1 if fixture == "h200-1gpu" else 5 if fixture.endswith("ecc") else 2), problems
+    assert "topo" not in (tmp_path / "calls.log").read_text(), "the watchdog needs no P2P matrix"
+
+
+def test_no_nvidia_smi_is_a_gpu_problem(tmp_path: Path) -> None:
+    problems, _ = wd.gpu_check(config(tmp_path, nvidia_smi=str(tmp_path / "none" / "nvidia-smi")))
+    assert any("is not there" in p for p in problems) and problems[0].startswith("0 usable GPU(s)")
+
+
+# -- one whole tick: the CLI, the state file, the key ------------------------------------------------
+def _fake_systemctl(tmp_path: Path, active: str = "active", invocation: str = "inv-1") -> Path:
+    """systemd does not run here: a systemctl that answers ``show`` and records ``restart``."""
+    script = tmp_path / "systemctl"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = show ]; then printf "ActiveState={active}\\nSubState=running\\nInvocationID={invocation}\\n'
+        'ActiveEnterTimestampMonotonic=1\\n"; exit 0; fi\n'
+        f'echo "$@" >> {tmp_path}/systemctl.calls\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_ticks_against_a_stalled_server_restart_it_and_never_show_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("NVIDIA_SMI_FIXTURE_DIR", str(FIXTURES / "rtx-pro-6000-8gpu-passthrough"))
+    mode_file = tmp_path / "standin-mode"
+    server = _standin(tmp_path, "server", "--standin-mode-file", str(mode_file))
+    try:
+        cfg = config(tmp_path, url=server.url, env_file=_env_file(tmp_path), api_key_env="SGLANG_API_KEY",
+                     nvidia_smi=str(NVIDIA_SMI), systemctl=str(_fake_systemctl(tmp_path)), journalctl="true",
+                     failures=2, timeout_s=1.0, start_grace_s=0.0)  # fmt: skip
+        assert wd.check(cfg) == 0 and wd.check(cfg) == 0
+        mode_file.write_text("stall\n")
+        assert [wd.check(cfg), wd.check(cfg)] == [1, 1]
+        out = capsys.readouterr().out
+        assert (tmp_path / "systemctl.calls").read_text() == "restart --no-block sglang.service\n"
+        assert "sglang-watchdog: OK: sglang.service generates: POST /generate: 4 token(s)" in out
+        assert "sglang-watchdog: CHECK FAILED: 1/2" in out and "sglang-watchdog: RESTART: sglang.service failed 2" in out
+        assert KEY not in out and KEY not in (tmp_path / "state.json").read_text()
+        state = json.loads((tmp_path / "state.json").read_text())
+        assert (state["restarts"], state["failures"], state["last_result"]) == (1, 0, "RESTART")
+    finally:
+        server.stop()
+
+
+def test_a_state_file_that_is_not_state_starts_afresh(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_text("{not json")
+    state, why = wd.load_state(str(path))
+    assert state == wd.State() and "unreadable" in why
+    wd.save_state(str(path), wd.State(failures=2))
+    assert wd.load_state(str(path)) == (wd.State(failures=2), None)
+    assert wd.load_state(str(tmp_path / "none.json")) == (wd.State(), None)
+
+
+def test_the_program_runs_from_the_files_the_role_installs(tmp_path: Path) -> None:
+    """The package the role installs on a host (library/sglang_host_files.py: the watchdog and what it
+    imports, nothing else) runs on its own; bad arguments are refused before anything is asked."""
+    from sglang_deploy_host import interp
+
+    package = tmp_path / "sglang_deploy_host"
+    package.mkdir()
+    for name in interp.package_closure("watchdog"):
+        (package / f"{name}.py").write_bytes(interp.source(name))
+    assert {"watchdog", "endpoint", "gpufacts", "files", "systemd", "sglang_launcher", "__init__"} == {
+        p.stem for p in package.glob("*.py")
+    }
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path)}
+    helped = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                             "import runpy; sys.argv = ['w', '--help']; runpy.run_module('sglang_deploy_host.watchdog', run_name='__main__')",
+                             str(tmp_path)], capture_output=True, text=True, timeout=30, check=False, env=env)  # fmt: skip
+    assert helped.returncode == 0 and "check" in helped.stdout, helped.stderr
+    bad = subprocess.run([sys.executable, "-m", "sglang_deploy_host.watchdog", "check", "--unit", "sglang; rm",
+                          "--url", "http://127.0.0.1:1", "--expected-gpus", "1", "--state-file", str(tmp_path / "s")],
+                         capture_output=True, text=True, timeout=30, check=False, env=env, cwd="/")  # fmt: skip
+    assert bad.returncode == 2 and "is not a service unit name" in bad.stderr
+
+
+def test_the_watchdog_unit_is_named_after_the_server_unit() -> None:
+    assert wd.unit_name("sglang") == wd.unit_name("sglang.service") == "sglang-watchdog"
