@@ -6,6 +6,10 @@ import hashlib
 import re
 from pathlib import Path
 
+import pytest
+
+from sglang_deploy import jitcache
+
 UNIT_DIR = "/etc/systemd/system"
 
 
@@ -74,3 +78,23 @@ def test_environment_and_execstart_as_systemd_parsed_them(host, rendered_dir: Pa
     for word in exec_words:
         if word.startswith("--"):
             assert f" {word}" in shown_exec, f"{word} missing from systemd's ExecStart"
+
+
+def test_jit_caches_on_the_kept_disk_are_the_services_and_writable_by_the_unit(
+    host, rendered_dir: Path, unit_name: str, service_user: str
+) -> None:
+    """With a kept disk (sglang_common_cache_root) every JIT cache variable of the unit names a directory
+    there that the service owns alone and the unit may write (src/sglang_deploy/jitcache.py)."""
+    rendered = (rendered_dir / f"{unit_name}.service").read_text()
+    caches = dict(re.findall(r'^Environment="(' + "|".join(jitcache.CACHE_VARIABLES) + r')=([^"]+)"$', rendered, re.M))
+    if not caches:
+        pytest.skip("no kept disk here (sglang_common_cache_root is empty): the caches stay in the home")
+    assert set(caches) == set(jitcache.CACHE_VARIABLES)
+    keyed = {str(Path(path).parent) for path in caches.values()}
+    assert len(keyed) == 1, keyed
+    writable = host.run(f"systemctl show -p ReadWritePaths --value {unit_name}.service").stdout.split()
+    assert keyed <= set(writable), writable
+    for path in [*keyed, *caches.values()]:
+        directory = host.file(path)
+        assert directory.is_directory, path
+        assert (directory.user, directory.mode) == (service_user, 0o700), path
