@@ -2,10 +2,12 @@
 
 A rebuild keeps the kept disk (the weights disk, ``sglang_common_cache_root`` on it) and throws the root
 disk away. The server's compiled kernels and bytecode are kept there when the unit's environment points
-every cache variable of the pinned stack into one directory, ``<root>/<key>``. The key is a digest of
-everything that makes a compiled kernel stale: the ml-env's lock (it pins sglang, torch, triton,
-flashinfer and the lock's CUDA), the CUDA toolkit the server JIT-compiles with, the GPUs' compute
-capabilities and the driver. Any of them changes: a new, empty directory; the old one is never read.
+every cache variable of the pinned stack into one directory: ``<root>/current``, a root-owned symlink the
+sglang_server role points at ``<root>/<key>``. The key is a digest of everything that makes a compiled
+kernel stale: the ml-env's lock (it pins sglang, torch, triton, flashinfer and the lock's CUDA), the CUDA
+toolkit the server JIT-compiles with, the GPUs' compute capabilities and the driver. Any of them
+changes: the link moves to a new, empty directory; the old one is never read. The unit itself names
+only ``current``, so it is the same whether or not the host could be asked (``render`` asks none).
 
 The variables are the ones the pinned versions read (tests/fixtures/real-sglang/day2/cache-env-vars.txt
 records where each is read; tests/unit/test_jitcache.py keeps this list equal to it). Measured with
@@ -41,6 +43,8 @@ CACHE_VARIABLES: dict[str, str] = {
 }
 # Digits of the key's sha256 in the directory's name.
 _KEY_CHARS = 16
+# The symlink under the root the unit's variables go through: the current key's directory.
+LINK = "current"
 # A key part nobody could read yet (no ml-env, no driver): spelled out, so it is a key of its own.
 UNKNOWN = "unknown"
 
@@ -77,9 +81,10 @@ def resolve(
     root: str, *, lock_digest: str, cuda_version: str, gpu_facts: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     """The cache settings of one server: ``{}`` without a root (no kept disk: the caches stay where each
-    library puts them, in the service's home); else ``root``, ``key``, ``key_parts``, ``dir``
-    (``<root>/<key>``), ``dirs`` (each cache's directory, created by the role) and ``environment``
-    (variable -> directory, for the unit's ``Environment=``)."""
+    library puts them, in the service's home); else ``root`` (the unit may write under it), ``key``,
+    ``key_parts``, ``dir`` (``<root>/<key>``), ``dirs`` (each cache's directory there, created by the
+    role), ``link`` (``<root>/current``, pointed at ``dir`` by the role) and ``environment`` (variable ->
+    its directory under ``link``, for the unit's ``Environment=``)."""
     if not root:
         return {}
     root = systemd.absolute_path("sglang_server_jit_cache_root", root)
@@ -87,12 +92,13 @@ def resolve(
         raise JitCacheError("sglang_server_jit_cache_root is /; set a directory on the kept disk, or \"\" for none")
     parts = key_parts(lock_digest, cuda_version, gpu_facts)
     directory = f"{root}/{key(parts)}"
-    environment = {name: f"{directory}/{sub}" for name, sub in CACHE_VARIABLES.items()}
+    link = f"{root}/{LINK}"
     return {
         "root": root,
         "key": key(parts),
         "key_parts": parts,
         "dir": directory,
-        "dirs": sorted(set(environment.values())),
-        "environment": environment,
+        "dirs": sorted({f"{directory}/{sub}" for sub in CACHE_VARIABLES.values()}),
+        "link": link,
+        "environment": {name: f"{link}/{sub}" for name, sub in CACHE_VARIABLES.items()},
     }

@@ -16,8 +16,8 @@ What happens, in order (each step's rule lives in the module named):
   4. the role's own additions: ``--api-key`` from the 0600 env file when ``sglang_server_api_key`` is set;
   5. the launch (argv, ``ExecStart=``, ``Environment=``; launch.py), the exposure rule, the unit's
      checked values and paths (systemd.py), the endpoint (bind, port, URLs, served model); with a kept
-     disk, every JIT cache variable points into its keyed directory there (jitcache.py), which the
-     unit may write (``ReadWritePaths=``); the inventory's ``sglang_server_env`` still wins.
+     disk, every JIT cache variable points into the current key's directory there (jitcache.py), which
+     the unit may write (``ReadWritePaths=``); the inventory's ``sglang_server_env`` still wins.
 
 Secrets go in (the API key and the secret environment are checked) but never come out: the result
 holds variable names only, so printing it (``-v``, ``render --json``) shows no secret.
@@ -166,8 +166,8 @@ def _resolve(inputs: ServerInputs, host: str, gpu_facts: Mapping[str, Any] | Non
     )
     if jit_cache:
         env = merge_flags(jit_cache["environment"], env, variable="sglang_server_env")
-        if jit_cache["dir"] not in unit["read_write_paths"]:
-            unit["read_write_paths"] = [*unit["read_write_paths"], jit_cache["dir"]]
+        if jit_cache["root"] not in unit["read_write_paths"]:
+            unit["read_write_paths"] = [*unit["read_write_paths"], jit_cache["root"]]
     # 2. GPUs without peer-to-peer
     adjustments: dict[str, dict[str, Any]] = {"flags": {}, "env": {}}
     if inputs.p2p_adjust and facts is not None and facts.get("nvidia_smi_found", True):

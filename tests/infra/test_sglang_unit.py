@@ -84,17 +84,23 @@ def test_jit_caches_on_the_kept_disk_are_the_services_and_writable_by_the_unit(
     host, rendered_dir: Path, unit_name: str, service_user: str
 ) -> None:
     """With a kept disk (sglang_common_cache_root) every JIT cache variable of the unit names a directory
-    there that the service owns alone and the unit may write (src/sglang_deploy/jitcache.py)."""
+    under <root>/current, root's link to this stack's <root>/<key>, whose directories the service owns
+    alone and the unit may write (src/sglang_deploy/jitcache.py)."""
     rendered = (rendered_dir / f"{unit_name}.service").read_text()
     caches = dict(re.findall(r'^Environment="(' + "|".join(jitcache.CACHE_VARIABLES) + r')=([^"]+)"$', rendered, re.M))
     if not caches:
         pytest.skip("no kept disk here (sglang_common_cache_root is empty): the caches stay in the home")
     assert set(caches) == set(jitcache.CACHE_VARIABLES)
-    keyed = {str(Path(path).parent) for path in caches.values()}
-    assert len(keyed) == 1, keyed
+    links = {str(Path(path).parent) for path in caches.values()}
+    assert len(links) == 1 and links.pop().endswith(f"/{jitcache.LINK}"), caches
+    link = host.file(str(Path(next(iter(caches.values()))).parent))
+    root = str(Path(link.path).parent)
+    assert link.is_symlink and (link.user, link.group) == ("root", "root")
+    assert re.fullmatch(r"[0-9a-f]{16}", link.linked_to.rsplit("/", 1)[-1]), link.linked_to
+    assert host.file(root).user == "root"
     writable = host.run(f"systemctl show -p ReadWritePaths --value {unit_name}.service").stdout.split()
-    assert keyed <= set(writable), writable
-    for path in [*keyed, *caches.values()]:
+    assert root in writable, writable
+    for path in [link.linked_to, *caches.values()]:
         directory = host.file(path)
         assert directory.is_directory, path
         assert (directory.user, directory.mode) == (service_user, 0o700), path

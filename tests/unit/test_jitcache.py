@@ -48,16 +48,29 @@ def resolved(**jit: Any) -> dict[str, Any]:
     ).to_dict()
 
 
-def test_every_cache_variable_goes_to_the_keyed_directory_which_the_unit_may_write() -> None:
+def test_every_cache_variable_goes_through_the_link_to_the_keyed_directory_which_the_unit_may_write() -> None:
     result = resolved()
     cache = result["jit_cache"]
     assert cache["key_parts"] == {"lock": DIGEST, "cuda": "12.8", "compute_caps": "9.0", "driver": "580.159.04"}
     assert re.fullmatch(r"[0-9a-f]{16}", cache["key"]) and cache["dir"] == f"{ROOT_DIR}/{cache['key']}"
+    assert cache["link"] == f"{ROOT_DIR}/current"
     for name, sub in jitcache.CACHE_VARIABLES.items():
-        assert result["environment"][name] == f"{cache['dir']}/{sub}"
-        assert f'"{name}={cache["dir"]}/{sub}"' in result["launch"]["environment_assignments"]
-    assert result["unit"]["read_write_paths"] == ["/var/lib/sglang", cache["dir"]]
+        assert result["environment"][name] == f"{ROOT_DIR}/current/{sub}"
+        assert f'"{name}={ROOT_DIR}/current/{sub}"' in result["launch"]["environment_assignments"]
+    assert result["unit"]["read_write_paths"] == ["/var/lib/sglang", ROOT_DIR]
     assert sorted(cache["dirs"]) == sorted({f"{cache['dir']}/{sub}" for sub in jitcache.CACHE_VARIABLES.values()})
+
+
+def test_the_unit_is_the_same_whether_or_not_the_host_was_asked() -> None:
+    # `render` (and verify's comparison with it) resolves from the inventory alone: no GPU facts, no
+    # ml-env to read. The key differs; what the unit holds does not.
+    asked = resolved()
+    unasked = server.resolve(
+        server.ServerInputs.from_vars(inputs(jit_cache={"root": ROOT_DIR, "lock_digest": "", "cuda_version": "12.8"})),
+        host="gpu1",
+    ).to_dict()
+    assert unasked["jit_cache"]["key"] != asked["jit_cache"]["key"]
+    assert (unasked["launch"], unasked["unit"]) == (asked["launch"], asked["unit"])
 
 
 @pytest.mark.parametrize(
