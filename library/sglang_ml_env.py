@@ -19,6 +19,10 @@ description:
     I(path) (a venv made by hand) is moved into the store as C(preexisting-<UTC time>) when the
     switch happens, never deleted. Complete venvs beyond the current one and I(keep) others (the one
     served before first, then the newest) are removed, and so are incomplete ones.
+  - The install tries the uv cache alone first (C(uv pip sync --offline)): when every wheel of the lock is
+    in I(uv_cache_dir) (a rebuild with the kept disk's cache and an unchanged lock), nothing is fetched, by
+    construction. Only when that fails does it run again with the index; I(uv) in the result says which ran
+    and how many bytes the cache grew by (what was fetched) and held before (what was reused).
   - With the same lock, its venv complete and I(path) pointing at it, nothing runs but a few stat() calls.
   - Check mode reports what would happen (also on a fresh host) and touches nothing. Diff shows
     the symlink's target and the store's listing before and after.
@@ -134,6 +138,13 @@ removed:
   returned: always
 report:
   description: The check's report of the venv (its marker); empty in check mode before the venv exists.
+  type: dict
+  returned: always
+uv:
+  description: >-
+    How this run's install used uv's cache (empty when nothing was installed): offline (true = installed from
+    the cache alone, --offline, so 0 bytes were fetched), fetched_bytes (what the cache grew by), reused_bytes
+    (what it held before), cache_dir.
   type: dict
   returned: always
 """
@@ -257,6 +268,22 @@ def _listing(store: Path) -> str:
     return "".join(f"{line}\n" for line in lines) or "(empty)\n"
 
 
+def _tree_bytes(root: Path) -> int:
+    """Bytes of the regular files under ``root`` (each inode once: uv hard-links within its cache)."""
+    seen = set()
+    total = 0
+    for directory, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            try:
+                info = os.lstat(os.path.join(directory, name))
+            except OSError:  # removed meanwhile (uv's own temporary files)
+                continue
+            if stat.S_ISREG(info.st_mode) and (info.st_dev, info.st_ino) not in seen:
+                seen.add((info.st_dev, info.st_ino))
+                total += info.st_size
+    return total
+
+
 def _read_report(venv: Path) -> Dict[str, Any]:
     try:
         report = json.loads((venv / mlenv.MARKER).read_text(encoding="utf-8"))
@@ -284,6 +311,7 @@ class MlEnv:
         self.header = lockfile.header_fields(self.lock)
         self.deadline = Deadline(params["timeout"])  # planning takes milliseconds: the build has it all
         self.report: Dict[str, Any] = {}  # the check's report of a venv built now
+        self.uv: Dict[str, Any] = {}  # how the install used uv's cache (build only)
 
     # --- plan ---------------------------------------------------------------------------------
 
@@ -386,13 +414,34 @@ class MlEnv:
         _write(lock_file, self.lock)
         argv = [uv, "pip", "sync", "--no-config", "--require-hashes", "--no-build"]
         argv += ["--index-url", params["index_url"], "--python", str(venv / "bin" / "python"), str(lock_file)]
-        _run(argv, f"installing {self.lock_name} into {venv} (uv pip sync)", deadline, self.uv_env())
+        self.uv = self.sync(argv)
         report = self.check(lock_file)
         if report["problems"]:
             raise BuildError(f"{venv} failed its checks: " + "; ".join(report["problems"]))
         _take_write_off(venv)
         _write(venv / mlenv.MARKER, json.dumps(report, sort_keys=True) + "\n")
         return report
+
+    def sync(self, argv: List[str]) -> Dict[str, Any]:
+        """``uv pip sync`` from the cache alone (--offline), else with the index; what the cache gave."""
+        cache = Path(self.params["uv_cache_dir"])
+        before = _tree_bytes(cache)
+        step = f"installing {self.lock_name} into {self.venv} (uv pip sync)"
+        try:
+            _run([*argv, "--offline"], f"{step} from the uv cache alone", self.deadline, self.uv_env())
+            offline = True
+        except BuildError as exc:
+            if str(exc).endswith("(timeout)") or "(timeout) are spent" in str(exc):
+                raise
+            _run(argv, step, self.deadline, self.uv_env())
+            offline = False
+        after = _tree_bytes(cache)
+        return {
+            "offline": offline,
+            "fetched_bytes": 0 if offline else max(after - before, 0),
+            "reused_bytes": before,
+            "cache_dir": str(cache),
+        }
 
     def check(self, lock_file: Path) -> Dict[str, Any]:
         """mlenv's check in the venv's interpreter, then the kernel proof in this one."""
@@ -441,10 +490,16 @@ class MlEnv:
         new.symlink_to(self.venv)
         os.replace(new, self.path)
 
-    def build_or_remove(self) -> None:
+    def build_or_remove(self) -> str:
         """The build; when it fails, the new venv is removed and the error says where the ml-env points."""
         try:
             self.report = self.build()
+            uv = self.uv
+            source = "from the uv cache alone (--offline)" if uv["offline"] else "with the index"
+            return (
+                f"built {self.venv} from {self.lock_name} {source}: {uv['fetched_bytes']} bytes fetched, "
+                f"{uv['reused_bytes']} bytes reused from {uv['cache_dir']}; checked it"
+            )
         except (BuildError, OSError) as exc:
             shutil.rmtree(self.venv, ignore_errors=True)
             serving = f"still points at {self.previous}" if self.previous else "was not switched (nothing served before)"
@@ -481,6 +536,7 @@ class MlEnv:
             "removed": removed,
             "switched": self.previous != str(self.venv),
             "report": _read_report(self.venv),
+            "uv": {},
         }
         if module.check_mode:
             after = self.predicted_listing(before["listing"], removed)
@@ -493,8 +549,9 @@ class MlEnv:
                 message = str(exc) if isinstance(exc, BuildError) else f"{text}: {exc}"
                 failed = {**result, "actions": done, "removed": [], "switched": False}
                 module.fail_json(msg=message, changed=bool(done), **failed)
-            done.append(outcome if isinstance(outcome, str) else text)  # keep_preexisting says where it went
+            done.append(outcome if isinstance(outcome, str) else text)  # keep_preexisting, the build: what they did
         result["report"] = self.report or result["report"]
+        result["uv"] = self.uv
         module.exit_json(changed=bool(done), diff=self.diff(before, _listing(self.store)), **{**result, "actions": done})
 
     def predicted_listing(self, listing: str, removed: List[str]) -> str:

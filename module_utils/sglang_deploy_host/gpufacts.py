@@ -547,8 +547,24 @@ def collect(
     return facts
 
 
+# The Cache Directory Tagging Specification's first bytes (https://bford.info/cachedir/): uv tags its cache
+# so, and the weights_disk role the kept disk's cache root. What lies under such a directory is no weights.
+CACHEDIR_TAG = "CACHEDIR.TAG"
+CACHEDIR_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"
+
+
+def is_tagged_cache(directory: str) -> bool:
+    """Whether ``directory`` holds a CACHEDIR.TAG with the specification's signature (43 bytes read)."""
+    try:
+        with open(os.path.join(directory, CACHEDIR_TAG), "rb") as tag:
+            return tag.read(len(CACHEDIR_SIGNATURE)) == CACHEDIR_SIGNATURE
+    except OSError:
+        return False
+
+
 def measure_disk(path: str) -> Disk:
-    """Filesystem size/free space for ``path`` (its nearest existing parent) and bytes under it."""
+    """Filesystem size/free space for ``path`` (its nearest existing parent) and bytes under it, without
+    the caches under it (directories tagged with CACHEDIR.TAG: the kept disk's caches beside the weights)."""
     target = Path(path)
     measured = target
     while not measured.exists() and measured != measured.parent:
@@ -557,7 +573,8 @@ def measure_disk(path: str) -> Disk:
     mib = 1024 * 1024
     under = 0
     if target.exists():
-        for root, _dirs, files in os.walk(target):
+        for root, dirs, files in os.walk(target):
+            dirs[:] = [d for d in dirs if not is_tagged_cache(os.path.join(root, d))]
             for name in files:
                 try:
                     under += os.lstat(os.path.join(root, name)).st_blocks * 512

@@ -15,7 +15,9 @@ What happens, in order (each step's rule lives in the module named):
      the recommendation, an unsafe explicit fraction is refused unless allowed;
   4. the role's own additions: ``--api-key`` from the 0600 env file when ``sglang_server_api_key`` is set;
   5. the launch (argv, ``ExecStart=``, ``Environment=``; launch.py), the exposure rule, the unit's
-     checked values and paths (systemd.py), the endpoint (bind, port, URLs, served model).
+     checked values and paths (systemd.py), the endpoint (bind, port, URLs, served model); with a kept
+     disk, every JIT cache variable points into the current key's directory there (jitcache.py), which
+     the unit may write (``ReadWritePaths=``); the inventory's ``sglang_server_env`` still wins.
 
 Secrets go in (the API key and the secret environment are checked) but never come out: the result
 holds variable names only, so printing it (``-v``, ``render --json``) shows no secret.
@@ -30,7 +32,7 @@ from typing import Any
 
 from sglang_deploy_host import endpoint, gpufacts, systemd
 from sglang_deploy_host import watchdog as host_watchdog
-from sglang_deploy import architectures, planner, preflight
+from sglang_deploy import architectures, jitcache, planner, preflight
 from sglang_deploy.lanes import LaneError, load_lane
 from sglang_deploy.launch import (
     LaunchConfig,
@@ -73,6 +75,8 @@ class ServerInputs:
     advertise_url: str = ""
     advertise_address: str = ""
     watchdog: Mapping[str, Any] | None = None
+    # The kept disk's JIT caches: root ("" = none), lock_digest (the ml-env's venv name), cuda_version.
+    jit_cache: Mapping[str, Any] | None = None
 
     @classmethod
     def from_vars(cls, values: Mapping[str, Any]) -> ServerInputs:
@@ -117,6 +121,7 @@ class ResolvedServer:
     secret_env_names: list[str]
     pending: list[str] = field(default_factory=list)
     watchdog: dict[str, Any] = field(default_factory=dict)
+    jit_cache: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """``state``: the service state asked for; ``flags``: the canonical launch flags (what sglang gets; ``{env: NAME}`` for secrets);
@@ -126,7 +131,8 @@ class ResolvedServer:
         local_url, worker_url, served_model, api_key_env; ``memory_plan``: the planner's result or
         None; ``adjustments``: what the P2P adjustment added; ``pending``: what could not be resolved
         without the host's GPU facts (empty when the launch is final); ``watchdog``: the watchdog
-        timer's units and checked values (:func:`watchdog_settings`)."""
+        timer's units and checked values (:func:`watchdog_settings`); ``jit_cache``:
+        :func:`jitcache.resolve` (``{}`` without a kept disk)."""
         return asdict(self)
 
 
@@ -136,7 +142,9 @@ def resolve(
     """The host's server, resolved; :class:`ResolveError` naming host, variable and fix."""
     try:
         return _resolve(inputs, host, gpu_facts)
-    except (LaunchConfigError, planner.PlanError, systemd.UnitValueError, preflight.PreflightError) as err:
+    except (
+        LaunchConfigError, planner.PlanError, systemd.UnitValueError, preflight.PreflightError, jitcache.JitCacheError
+    ) as err:
         raise ResolveError(f"host {host}: {err}") from None
 
 
@@ -153,6 +161,18 @@ def _resolve(inputs: ServerInputs, host: str, gpu_facts: Mapping[str, Any] | Non
     # 1. the flags and environment as the inventory gives them
     flags = inventory_flags(inputs.flags, inputs.profile, inputs.profiles, inputs.flags_override)
     env = merge_flags(inputs.env, inputs.env_override, variable="sglang_server_env")
+    # The JIT caches on the kept disk, under their key; the inventory's environment goes over them.
+    cache_inputs = dict(inputs.jit_cache or {})
+    jit_cache = jitcache.resolve(
+        str(cache_inputs.get("root") or ""),
+        lock_digest=str(cache_inputs.get("lock_digest") or ""),
+        cuda_version=str(cache_inputs.get("cuda_version") or ""),
+        gpu_facts=facts,
+    )
+    if jit_cache:
+        env = merge_flags(jit_cache["environment"], env, variable="sglang_server_env")
+        if jit_cache["root"] not in unit["read_write_paths"]:
+            unit["read_write_paths"] = [*unit["read_write_paths"], jit_cache["root"]]
     # 2. GPUs without peer-to-peer
     adjustments: dict[str, dict[str, Any]] = {"flags": {}, "env": {}}
     if inputs.p2p_adjust and facts is not None and facts.get("nvidia_smi_found", True):
@@ -198,6 +218,7 @@ def _resolve(inputs: ServerInputs, host: str, gpu_facts: Mapping[str, Any] | Non
         secret_env_names=secret_env,
         pending=pending,
         watchdog=watchdog_settings(inputs.watchdog or {}, unit, served, launch),
+        jit_cache=jit_cache,
     )
 
 

@@ -6,6 +6,10 @@ import hashlib
 import re
 from pathlib import Path
 
+import pytest
+
+from sglang_deploy import jitcache
+
 UNIT_DIR = "/etc/systemd/system"
 
 
@@ -74,3 +78,30 @@ def test_environment_and_execstart_as_systemd_parsed_them(host, rendered_dir: Pa
     for word in exec_words:
         if word.startswith("--"):
             assert f" {word}" in shown_exec, f"{word} missing from systemd's ExecStart"
+
+
+def test_jit_caches_on_the_kept_disk_are_the_services_and_writable_by_the_unit(
+    host, rendered_dir: Path, unit_name: str, service_user: str
+) -> None:
+    """With a kept disk (sglang_common_cache_root) every JIT cache variable of the unit names a directory
+    under <root>/current, root's link to this stack's <root>/<key>, whose directories the service owns
+    alone and the unit may write (src/sglang_deploy/jitcache.py)."""
+    rendered = (rendered_dir / f"{unit_name}.service").read_text()
+    caches = dict(re.findall(r'^Environment="(' + "|".join(jitcache.CACHE_VARIABLES) + r')=([^"]+)"$', rendered, re.M))
+    if not caches:
+        pytest.skip("no kept disk here (sglang_common_cache_root is empty): the caches stay in the home")
+    assert set(caches) == set(jitcache.CACHE_VARIABLES)
+    links = {str(Path(path).parent) for path in caches.values()}
+    assert len(links) == 1 and links.pop().endswith(f"/{jitcache.LINK}"), caches
+    link = host.file(str(Path(next(iter(caches.values()))).parent))
+    root = str(Path(link.path).parent)
+    # The link's own owner (testinfra's File.user follows it to the directory).
+    assert link.is_symlink and host.check_output(f"stat -c %U:%G {link.path}") == "root:root"
+    assert re.fullmatch(r"[0-9a-f]{16}", link.linked_to.rsplit("/", 1)[-1]), link.linked_to
+    assert host.file(root).user == "root"
+    writable = host.run(f"systemctl show -p ReadWritePaths --value {unit_name}.service").stdout.split()
+    assert root in writable, writable
+    for path in [link.linked_to, *caches.values()]:
+        directory = host.file(path)
+        assert directory.is_directory, path
+        assert (directory.user, directory.mode) == (service_user, 0o700), path

@@ -189,6 +189,21 @@ def test_measure_disk_of_a_missing_path(tmp_path: Path) -> None:
     assert missing.path_mib == 0
 
 
+def test_measure_disk_leaves_out_tagged_caches(tmp_path: Path) -> None:
+    # The kept disk: weights and, beside them, the caches a rebuild keeps (CACHEDIR.TAG at their root).
+    models = tmp_path / "models"
+    (models / "repo" / "rev").mkdir(parents=True)
+    (models / "repo" / "rev" / "shard").write_bytes(b"\1" * (3 * 1024 * 1024))
+    cache = models / ".sglang-deploy-cache"
+    (cache / "uv").mkdir(parents=True)
+    (cache / "uv" / "wheel").write_bytes(b"\1" * (8 * 1024 * 1024))
+    assert gpufacts.measure_disk(str(models)).path_mib >= 11
+    (cache / gpufacts.CACHEDIR_TAG).write_bytes(gpufacts.CACHEDIR_SIGNATURE + b"\n# a comment\n")
+    assert 3 <= gpufacts.measure_disk(str(models)).path_mib < 8
+    (cache / gpufacts.CACHEDIR_TAG).write_bytes(b"Signature: not the one\n")  # a wrong tag counts
+    assert gpufacts.measure_disk(str(models)).path_mib >= 11
+
+
 # -- the script, as the unit's ExecStartPre= and the preflight role run it ----------------------
 def run_script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     # -I: isolated, like a host without this package (only the stdlib may be imported).

@@ -52,7 +52,8 @@ def _env(tmp: Path) -> dict[str, str]:
 
 
 def run_module(
-    tmp: Path, name: str, args: dict[str, Any], *, check: bool = False, async_s: int = 0
+    tmp: Path, name: str, args: dict[str, Any], *, check: bool = False, async_s: int = 0,
+    env: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], str]:
     """``ansible localhost -m NAME`` (with --check --diff, or async as the role runs it); its
     result as --tree writes it, and what the callback printed (the diff)."""
@@ -63,7 +64,8 @@ def run_module(
     argv += ["--check", "--diff"] if check else []
     argv += ["-B", str(async_s), "-P", "1"] if async_s else []
     proc = subprocess.run(
-        argv, capture_output=True, text=True, env=_env(tmp), cwd=tmp, timeout=ANSIBLE_TIMEOUT_S, check=False
+        argv, capture_output=True, text=True, env={**_env(tmp), **(env or {})}, cwd=tmp, timeout=ANSIBLE_TIMEOUT_S,
+        check=False,
     )
     result_file = tree / "localhost"
     assert result_file.is_file(), proc.stdout + proc.stderr
@@ -194,6 +196,37 @@ def test_build_switch_then_nothing_to_do(tmp_path: Path, host: Host, tiny_lock: 
     checked, out = run_module(tmp_path, "sglang_ml_env", host.args(tiny_lock), check=True)
     assert (checked["changed"], checked["actions"]) == (False, [])
     assert "--- before" not in out
+
+
+@needs_root
+def test_a_rebuild_with_the_kept_uv_cache_installs_offline_and_fetches_nothing(tmp_path: Path, host: Host, tiny_lock: str) -> None:
+    # The first build with an empty cache of its own fetches six; a rebuilt host (a new store, the same
+    # cache: the kept disk) installs the same lock from the cache alone, with no way out to the network
+    # (every request goes to a proxy that refuses: the index would fail, as the last assert shows).
+    cache = host.root / "kept" / "uv"
+    first, _ = run_module(tmp_path, "sglang_ml_env", host.args(tiny_lock, uv_cache_dir=str(cache)))
+    assert not first["failed"], first
+    assert (first["uv"]["offline"], first["uv"]["cache_dir"]) == (False, str(cache))
+    # six's wheel (11 KB) came in; what was there before is uv's own bookkeeping (interpreter info, tags).
+    assert first["uv"]["fetched_bytes"] > 10_000 > first["uv"]["reused_bytes"]
+    assert any(a.startswith(f"built {host.venv(tiny_lock)} from six.txt with the index: ") for a in first["actions"])
+    rebuilt = Host(tmp_path / "rebuilt", host.shared)
+    no_network = {name: "http://127.0.0.1:9" for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy")}
+    no_network.update(NO_PROXY="", no_proxy="")
+    args = rebuilt.args(tiny_lock, uv_cache_dir=str(cache))
+    again, _ = run_module(tmp_path, "sglang_ml_env", args, async_s=300, env=no_network)
+    assert not again["failed"] and again["switched"], again
+    assert (again["uv"]["offline"], again["uv"]["fetched_bytes"]) == (True, 0)
+    assert again["uv"]["reused_bytes"] >= first["uv"]["fetched_bytes"]
+    assert (
+        f"built {rebuilt.venv(tiny_lock)} from six.txt from the uv cache alone (--offline): 0 bytes fetched, "
+        f"{again['uv']['reused_bytes']} bytes reused from {cache}; checked it"
+    ) in again["actions"]
+    assert json.loads((rebuilt.venv(tiny_lock) / mlenv.MARKER).read_text())["ok"] is True
+    # The same without the kept cache: the index is needed, and out of reach.
+    bare = Host(tmp_path / "bare", host.shared)
+    failed, _ = run_module(tmp_path, "sglang_ml_env", bare.args(tiny_lock, uv_cache_dir=str(bare.root / "uv")), env=no_network)
+    assert failed["failed"] is True and "(uv pip sync) failed" in failed["msg"], failed
 
 
 @needs_root

@@ -1,0 +1,116 @@
+"""The server's JIT caches on the kept disk (src/sglang_deploy/jitcache.py, through server.resolve).
+
+The variables are checked against what the device run recorded: tests/fixtures/real-sglang/day2/
+cache-env-vars.txt (where the pinned sglang 0.5.17 stack reads each one) and jit-cache-starts.json
+(the directories each pointed at, one per cache, and which filled)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from conftest import ROOT
+from test_server import facts, inputs
+
+from sglang_deploy import jitcache, server
+
+DAY2 = ROOT / "tests" / "fixtures" / "real-sglang" / "day2"
+ROOT_DIR = "/var/lib/sglang/models/.sglang-deploy-cache/jit"
+DIGEST = "0123456789abcdef"
+
+
+def recorded_variables() -> set[str]:
+    """Every cache-directory variable the device run found read in the pinned versions' source."""
+    text = (DAY2 / "cache-env-vars.txt").read_text()
+    headers = set(re.findall(r"^## ([A-Z_]+)$", text, re.MULTILINE))
+    # TRITON_HOME is a home (the service keeps its own); SGLANG_USE_CUSTOM_TRITON_KERNEL_CACHE is a switch.
+    assert {"TRITON_HOME", "SGLANG_USE_CUSTOM_TRITON_KERNEL_CACHE"} <= headers
+    headers -= {"TRITON_HOME", "SGLANG_USE_CUSTOM_TRITON_KERNEL_CACHE"}
+    # The driver's and CPython's, recorded in sections of their own.
+    assert re.search(r"^ +\d+ CUDA_CACHE_PATH$", text, re.MULTILINE)
+    assert "## PYTHONPYCACHEPREFIX: sys.pycache_prefix = /x" in text
+    return headers | {"CUDA_CACHE_PATH", "PYTHONPYCACHEPREFIX"}
+
+
+def test_the_unit_points_exactly_the_recorded_cache_variables_at_the_kept_disk() -> None:
+    assert set(jitcache.CACHE_VARIABLES) == recorded_variables()
+    # The same directories the device run measured (jit-cache-starts.json), HOME aside.
+    starts = json.loads((DAY2 / "jit-cache-starts.json").read_text())
+    assert set(jitcache.CACHE_VARIABLES.values()) == set(starts["a_cold_empty_K"]["caches"]) - {"home"}
+
+
+def resolved(**jit: Any) -> dict[str, Any]:
+    cache = {"root": ROOT_DIR, "lock_digest": DIGEST, "cuda_version": "12.8", **jit}
+    return server.resolve(
+        server.ServerInputs.from_vars(inputs(jit_cache=cache)), host="gpu1", gpu_facts=facts("h200-1gpu")
+    ).to_dict()
+
+
+def test_every_cache_variable_goes_through_the_link_to_the_keyed_directory_which_the_unit_may_write() -> None:
+    result = resolved()
+    cache = result["jit_cache"]
+    assert cache["key_parts"] == {"lock": DIGEST, "cuda": "12.8", "compute_caps": "9.0", "driver": "580.159.04"}
+    assert re.fullmatch(r"[0-9a-f]{16}", cache["key"]) and cache["dir"] == f"{ROOT_DIR}/{cache['key']}"
+    assert cache["link"] == f"{ROOT_DIR}/current"
+    for name, sub in jitcache.CACHE_VARIABLES.items():
+        assert result["environment"][name] == f"{ROOT_DIR}/current/{sub}"
+        assert f'"{name}={ROOT_DIR}/current/{sub}"' in result["launch"]["environment_assignments"]
+    assert result["unit"]["read_write_paths"] == ["/var/lib/sglang", ROOT_DIR]
+    assert sorted(cache["dirs"]) == sorted({f"{cache['dir']}/{sub}" for sub in jitcache.CACHE_VARIABLES.values()})
+
+
+def test_the_unit_is_the_same_whether_or_not_the_host_was_asked() -> None:
+    # `render` (and verify's comparison with it) resolves from the inventory alone: no GPU facts, no
+    # ml-env to read. The key differs; what the unit holds does not.
+    asked = resolved()
+    unasked = server.resolve(
+        server.ServerInputs.from_vars(inputs(jit_cache={"root": ROOT_DIR, "lock_digest": "", "cuda_version": "12.8"})),
+        host="gpu1",
+    ).to_dict()
+    assert unasked["jit_cache"]["key"] != asked["jit_cache"]["key"]
+    assert (unasked["launch"], unasked["unit"]) == (asked["launch"], asked["unit"])
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"lock_digest": "fedcba9876543210"}, {"cuda_version": "13.0"}],
+)
+def test_a_new_lock_or_cuda_is_a_new_empty_directory_never_the_old_one(change: dict[str, str]) -> None:
+    assert resolved()["jit_cache"]["key"] == resolved()["jit_cache"]["key"]
+    assert resolved(**change)["jit_cache"]["key"] != resolved()["jit_cache"]["key"]
+
+
+def test_another_gpu_or_driver_is_a_new_key() -> None:
+    h200 = facts("h200-1gpu")
+    base = jitcache.key(jitcache.key_parts(DIGEST, "12.8", h200))
+    other_driver = {**h200, "driver_version": "590.1.2", "gpus": [{**g, "driver_version": "590.1.2"} for g in h200["gpus"]]}
+    other_arch = {**h200, "gpus": [{**g, "compute_cap": "12.0"} for g in h200["gpus"]]}
+    assert jitcache.key(jitcache.key_parts(DIGEST, "12.8", other_driver)) != base
+    assert jitcache.key(jitcache.key_parts(DIGEST, "12.8", other_arch)) != base
+    # Unknown parts (no ml-env or driver yet) are spelled out: a key of their own.
+    assert jitcache.key_parts("", "12.8", None) == {
+        "lock": "unknown", "cuda": "12.8", "compute_caps": "unknown", "driver": "unknown"}  # fmt: skip
+
+
+def test_the_inventorys_environment_wins_and_no_kept_disk_keeps_todays_unit() -> None:
+    mine = server.resolve(
+        server.ServerInputs.from_vars(
+            inputs(env={"TRITON_CACHE_DIR": "/srv/triton"}, jit_cache={"root": ROOT_DIR, "lock_digest": DIGEST})
+        ),
+        host="gpu1",
+    ).to_dict()
+    assert mine["environment"]["TRITON_CACHE_DIR"] == "/srv/triton"
+    assert mine["environment"]["TVM_FFI_CACHE_DIR"].startswith(ROOT_DIR + "/")
+    for jit in (None, {"root": "", "lock_digest": DIGEST}):
+        plain = server.resolve(server.ServerInputs.from_vars(inputs(jit_cache=jit)), host="gpu1").to_dict()
+        assert plain["jit_cache"] == {}
+        assert not set(jitcache.CACHE_VARIABLES) & set(plain["environment"])
+        assert plain["unit"]["read_write_paths"] == ["/var/lib/sglang"]
+
+
+@pytest.mark.parametrize("root", ["relative/jit", "/", "/var/lib/sglang/../jit", "/a b"])
+def test_a_bad_root_is_one_error_naming_host_and_variable(root: str) -> None:
+    with pytest.raises(server.ResolveError, match=r"host gpu1: .*sglang_server_jit_cache_root"):
+        server.resolve(server.ServerInputs.from_vars(inputs(jit_cache={"root": root})), host="gpu1")
