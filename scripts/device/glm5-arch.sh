@@ -44,6 +44,8 @@ declare -A CALLS=(
   # MTP's memory at a second fraction on DSA, and the MLA+MTP start given the first start's longer wait.
   [mtp]="glm5-mla-bf16-mtp:bench=1 glm5-dsa-mtp-f075:bench=1"
   [mtp-f075]="glm5-dsa-mtp-f075:bench=1"
+  # The chunked-prefill size alone (the memory-saving start changed it with the graph cap).
+  [chunk]="glm5-dsa-bf16-chunk4k:bench=1,64"
 )
 
 # ---------------------------------------------------------------------------------------------------------

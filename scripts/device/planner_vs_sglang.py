@@ -93,6 +93,7 @@ def glm5_row(name: str, log: startlog.StartLog, config: dict[str, Any], gpu_mib:
             "planner": plan.free_after_start_mib, "sglang": free,
             "error_pct": _pct(plan.free_after_start_mib or 0, free) if free else None,
         },
+        "planner_activation_mib": plan.breakdown_mib["activations"],
         "planner_safe": plan.safe,
         "planner_notes": notes + plan.reasons,
         "sglang": log.readings,
