@@ -24,6 +24,9 @@ description:
     construction. Only when that fails does it run again with the index; I(uv) in the result says which ran
     and how many bytes the cache grew by (what was fetched) and held before (what was reused).
   - With the same lock, its venv complete and I(path) pointing at it, nothing runs but a few stat() calls.
+  - A complete venv of the lock that I(path) does not point at (a rebuild whose I(store) sits on the kept disk, a
+    rollback) is reused, not installed again, when its interpreter runs and is the same Python build as I(python)
+    (C(sys.version) compared whole); otherwise it is stale and is built again. I(uv) then says C(reused_venv).
   - Check mode reports what would happen (also on a fresh host) and touches nothing. Diff shows
     the symlink's target and the store's listing before and after.
   - Everything is created root-owned, directories 0755 (uv's cache 0700), with group and other
@@ -144,7 +147,8 @@ uv:
   description: >-
     How this run's install used uv's cache (empty when nothing was installed): offline (true = installed from
     the cache alone, --offline, so 0 bytes were fetched), fetched_bytes (what the cache grew by), reused_bytes
-    (what it held before), cache_dir.
+    (what it held before), cache_dir; reused_venv true when a kept complete venv was switched to instead (nothing
+    installed, nothing fetched).
   type: dict
   returned: always
 """
@@ -284,6 +288,18 @@ def _tree_bytes(root: Path) -> int:
     return total
 
 
+def _python_build(python: str) -> Tuple[str, str]:
+    """(``sys.version`` of ``python``, "") or ("", why it could not be read)."""
+    argv = [python, "-I", "-c", "import sys; sys.stdout.write(sys.version)"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd="/", check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "", f"{python} does not run ({exc})"
+    if proc.returncode != 0 or not proc.stdout:
+        return "", f"{python} does not run (exit {proc.returncode}: {_tail(proc.stderr)})"
+    return proc.stdout, ""
+
+
 def _read_report(venv: Path) -> Dict[str, Any]:
     try:
         report = json.loads((venv / mlenv.MARKER).read_text(encoding="utf-8"))
@@ -358,12 +374,18 @@ class MlEnv:
         if not self.uv_installed():
             version = lockfile.pins(self.params["uv_requirements"])["uv"]
             steps.append((f"install uv {version} into {self.uv_venv} (pip, hashes checked)", self.install_uv))
+        build = (
+            f"build venv {self.venv} from {self.lock_name} ({len(lockfile.pins(self.lock))} pinned packages, "
+            f"Python {self.header.get('python', '?')}, CUDA {self.header['cuda']}), then check it"
+        )
         if not mlenv.is_complete(self.venv):
-            steps.append((
-                f"build venv {self.venv} from {self.lock_name} ({len(lockfile.pins(self.lock))} pinned packages, "
-                f"Python {self.header.get('python', '?')}, CUDA {self.header['cuda']}), then check it",
-                self.build_or_remove,
-            ))  # fmt: skip
+            steps.append((build, self.build_or_remove))
+        elif self.previous != str(self.venv):
+            stale = self.stale_interpreter()
+            if stale:
+                steps.append((f"{build} again: the complete one there is stale ({stale})", self.build_or_remove))
+            else:
+                steps.append((f"reuse the complete venv {self.venv} (kept; same lock, same Python build)", self.reuse))
         if self.hand_made:
             text = f"move the directory {self.path} into {self.store} as {mlenv.PREEXISTING}<UTC time>"
             steps.append((text, self.keep_preexisting))
@@ -373,7 +395,33 @@ class MlEnv:
             steps.append((f"remove {entry} (incomplete, or beyond keep)", partial(shutil.rmtree, entry)))
         return steps
 
+    def stale_interpreter(self) -> str:
+        """Why the lock's complete venv cannot be reused here ("" = it can): its interpreter must run and be
+        this host's Python build, or its compiled packages and paths may not fit (a rebuilt OS, another Python)."""
+        host, problem = _python_build(self.params["python"])
+        if problem:
+            return problem
+        built, problem = _python_build(str(self.venv / "bin" / "python"))
+        if problem:
+            return f"its interpreter: {problem}"
+        if built != host:
+            first = built.splitlines()[0] if built else "?"
+            return f"made by Python {first}, {self.params['python']} is {host.splitlines()[0]}"
+        return ""
+
     # --- do -----------------------------------------------------------------------------------
+
+    def reuse(self) -> str:
+        """A kept complete venv of this lock: nothing to install, its marker holds its check."""
+        self.report = _read_report(self.venv)
+        self.uv = {
+            "offline": True,
+            "fetched_bytes": 0,
+            "reused_bytes": 0,
+            "cache_dir": self.params["uv_cache_dir"],
+            "reused_venv": True,
+        }
+        return f"reused {self.venv} (kept complete venv of {self.lock_name}, same Python build): nothing installed"
 
     def install_uv(self) -> None:
         params = self.params
@@ -438,6 +486,7 @@ class MlEnv:
         after = _tree_bytes(cache)
         return {
             "offline": offline,
+            "reused_venv": False,
             "fetched_bytes": 0 if offline else max(after - before, 0),
             "reused_bytes": before,
             "cache_dir": str(cache),

@@ -127,7 +127,7 @@ class ResolvedServer:
         """``state``: the service state asked for; ``flags``: the canonical launch flags (what sglang gets; ``{env: NAME}`` for secrets);
         ``environment``: the unit's ``Environment=``; ``launch``: :meth:`LaunchConfig.to_dict`
         (argv, exec_start, environment_assignments, flag_argv, validation_argv, tp_size);
-        ``unit``: systemd.unit_settings plus ``restart_marker``; ``endpoint``: bind_host, port,
+        ``unit``: systemd.unit_settings plus ``restart_marker`` and ``requires_mounts_for``; ``endpoint``: bind_host, port,
         local_url, worker_url, served_model, api_key_env; ``memory_plan``: the planner's result or
         None; ``adjustments``: what the P2P adjustment added; ``pending``: what could not be resolved
         without the host's GPU facts (empty when the launch is final); ``watchdog``: the watchdog
@@ -203,6 +203,7 @@ def _resolve(inputs: ServerInputs, host: str, gpu_facts: Mapping[str, Any] | Non
     if problem:
         raise LaunchConfigError(problem)
     launch = config.to_dict()
+    unit["requires_mounts_for"] = _requires_mounts_for(launch["flags"], jit_cache)
     served = _endpoint(inputs, launch["flags"], host)
     return ResolvedServer(
         host=host,
@@ -220,6 +221,16 @@ def _resolve(inputs: ServerInputs, host: str, gpu_facts: Mapping[str, Any] | Non
         watchdog=watchdog_settings(inputs.watchdog or {}, unit, served, launch),
         jit_cache=jit_cache,
     )
+
+
+def _requires_mounts_for(flags: Mapping[str, Any], jit_cache: Mapping[str, Any]) -> list[str]:
+    """What the unit waits for (``RequiresMountsFor=``): the model's directory and the kept caches' disk (the
+    ml-env's venv is there too when the store is on it), so a weights disk that did not mount (it is ``nofail``)
+    stops the unit with the mount's name instead of a load that cannot find its files."""
+    models = [flags.get(_flag_key(flags, name)) for name in ("model-path", "model")]  # sglang's two spellings
+    paths = [model for model in models if isinstance(model, str) and model.startswith("/")]
+    paths += [jit_cache["root"]] if jit_cache else []
+    return [systemd.absolute_path("RequiresMountsFor", path) for path in dict.fromkeys(paths)]
 
 
 def inventory_flags(

@@ -6,7 +6,8 @@ installs), read with the same code (sglang_deploy_host.lockfile, mlenv); the ker
 project's sglang_kernel_proof module, run on the host through Ansible. Used by molecule/ml_env and,
 against a real inventory, by the verify playbook.
 Environment: SGLANG_DEPLOY_LANE (default cu128), SGLANG_DEPLOY_ML_ENV (default
-/opt/sglang-deploy/ml-env), SGLANG_DEPLOY_ML_ENV_KEEP (default 1).
+/opt/sglang-deploy/ml-env), SGLANG_DEPLOY_ML_ENV_STORE (default: the symlink's path + .d; on the kept disk
+when the inventory has one), SGLANG_DEPLOY_ML_ENV_KEEP (default 1).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sglang_deploy_host import lockfile
 from sglang_deploy_host.mlenv import LOCK_NAME, MARKER, PREEXISTING
 
 ML_ENV = os.environ.get("SGLANG_DEPLOY_ML_ENV", "/opt/sglang-deploy/ml-env")
-STORE = ML_ENV + ".d"
+STORE = os.environ.get("SGLANG_DEPLOY_ML_ENV_STORE", ML_ENV + ".d")
 KEEP = int(os.environ.get("SGLANG_DEPLOY_ML_ENV_KEEP", "1"))
 PYTHON = f"{ML_ENV}/bin/python"
 
@@ -101,11 +102,21 @@ def test_only_root_can_change_the_code_root_runs(host, lock_text: str) -> None: 
     assert inside.rc == 0 and inside.stdout.strip() == "", f"writable by others or not root's: {inside.stdout.strip()}"
     path = Path(ML_ENV)
     assert host.file(ML_ENV).user == "root"
-    for directory in [Path(STORE), *path.parents]:
+    for directory in [*_up_to_a_mount_point(host, Path(STORE)), *path.parents]:
         entry = host.file(str(directory))
         assert entry.user == "root", f"{directory} belongs to {entry.user}"
         assert not entry.mode & 0o022, f"{directory} is writable by others ({entry.mode:o})"
         assert entry.mode & 0o001, f"{directory} cannot be traversed by the service ({entry.mode:o})"
+
+
+def _up_to_a_mount_point(host, path: Path) -> list[Path]:  # type: ignore[no-untyped-def]
+    """``path`` and its parents up to the first mount point (the kept disk, when the store is there): who
+    owns the directory above a mount point cannot rename or remove it (EBUSY), so the chain ends there."""
+    chain = [path, *path.parents]
+    for index, directory in enumerate(chain):
+        if host.mount_point(str(directory)).exists:
+            return chain[: index + 1]
+    return chain
 
 
 def test_an_unprivileged_user_can_run_the_ml_env(stack: dict[str, object]) -> None:

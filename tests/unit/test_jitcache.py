@@ -114,3 +114,20 @@ def test_the_inventorys_environment_wins_and_no_kept_disk_keeps_todays_unit() ->
 def test_a_bad_root_is_one_error_naming_host_and_variable(root: str) -> None:
     with pytest.raises(server.ResolveError, match=r"host gpu1: .*sglang_server_jit_cache_root"):
         server.resolve(server.ServerInputs.from_vars(inputs(jit_cache={"root": root})), host="gpu1")
+
+
+def test_the_unit_waits_for_the_disks_of_the_model_and_the_kept_caches() -> None:
+    """RequiresMountsFor=: the model's directory and the caches' root (the ml-env's kept venvs live beside the
+    JIT caches), so a weights disk that did not mount (nofail) stops the unit naming the mount."""
+    model = "/var/lib/sglang/models/zai-org--GLM-5/0123abcd"
+    cache = {"root": ROOT_DIR, "lock_digest": DIGEST, "cuda_version": "12.8"}
+
+    def mounts(**changes: Any) -> list[str]:
+        return server.resolve(server.ServerInputs.from_vars(inputs(**changes)), host="gpu1").to_dict()["unit"][
+            "requires_mounts_for"
+        ]
+
+    # "model": the seed's spelling of --model-path
+    assert mounts(flags_override={"model": model}, jit_cache=cache) == [model, ROOT_DIR]
+    assert mounts(flags_override={"model": model}) == [model]  # no kept disk: the model's directory alone
+    assert mounts(flags_override={"model": "zai-org/GLM-5"}) == []  # a hub id: nothing on a disk to wait for

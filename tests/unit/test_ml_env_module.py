@@ -230,6 +230,51 @@ def test_a_rebuild_with_the_kept_uv_cache_installs_offline_and_fetches_nothing(t
 
 
 @needs_root
+def test_a_rebuild_with_the_store_on_the_kept_disk_reuses_the_venv_unless_its_python_differs(
+    tmp_path: Path, host: Host, tiny_lock: str
+) -> None:
+    # The store and uv's cache on the kept disk, the symlink on the root disk: a rebuilt host has the
+    # store but no symlink. The venv is switched to, not installed (and nothing can be fetched).
+    kept = host.root / "kept"
+    first, _ = run_module(tmp_path, "sglang_ml_env", host.args(tiny_lock, store=str(kept / "ml-env.d")))
+    assert not first["failed"] and first["uv"]["reused_venv"] is False, first
+    venv = kept / "ml-env.d" / lockfile.venv_name(tiny_lock)
+    marker = (venv / mlenv.MARKER).stat().st_mtime_ns
+    rebuilt = Host(tmp_path / "rebuilt", host.shared)
+    no_network = {name: "http://127.0.0.1:9" for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")}
+    args = rebuilt.args(tiny_lock, store=str(kept / "ml-env.d"))
+    plan, _ = run_module(tmp_path, "sglang_ml_env", args, check=True)
+    assert plan["actions"][-2:] == [
+        f"reuse the complete venv {venv} (kept; same lock, same Python build)",
+        f"switch {rebuilt.path} from nothing to {venv}",
+    ]
+    again, _ = run_module(tmp_path, "sglang_ml_env", args, async_s=300, env=no_network)
+    assert not again["failed"] and again["switched"], again
+    assert again["uv"] == {
+        "offline": True, "fetched_bytes": 0, "reused_bytes": 0, "cache_dir": str(host.shared / "uv-cache"),
+        "reused_venv": True,
+    }  # fmt: skip
+    assert os.readlink(rebuilt.path) == str(venv) and (venv / mlenv.MARKER).stat().st_mtime_ns == marker
+    assert again["report"] == json.loads((venv / mlenv.MARKER).read_text())
+
+    # A rebuilt OS with another Python build: the kept venv is stale, so it is built again (from the cache).
+    os.unlink(rebuilt.path)
+    python = venv / "bin" / "python"
+    target = os.readlink(python)
+    python.unlink()
+    python.write_text("#!/bin/sh\nprintf '3.11.99 (another build)'\n")
+    python.chmod(0o755)
+    other = Host(tmp_path / "other", host.shared)
+    plan, _ = run_module(tmp_path, "sglang_ml_env", other.args(tiny_lock, store=str(kept / "ml-env.d")), check=True)
+    stale = [a for a in plan["actions"] if "stale" in a]
+    assert stale and "made by Python 3.11.99 (another build)" in stale[0], plan["actions"]
+    result, _ = run_module(tmp_path, "sglang_ml_env", other.args(tiny_lock, store=str(kept / "ml-env.d")))
+    assert not result["failed"] and result["uv"]["reused_venv"] is False, result
+    assert python.is_symlink() and os.readlink(python) == target
+    assert os.readlink(other.path) == str(venv)
+
+
+@needs_root
 def test_a_new_lock_builds_beside_switches_prunes_and_rolls_back(tmp_path: Path, host: Host, tiny_lock: str) -> None:
     a, b, c = tiny_lock, variant(tiny_lock, "b"), variant(tiny_lock, "c")
     for text in (a, b):
@@ -250,7 +295,11 @@ def test_a_new_lock_builds_beside_switches_prunes_and_rolls_back(tmp_path: Path,
     marker = host.venv(b) / mlenv.MARKER
     built = marker.stat().st_mtime_ns
     back, _ = run_module(tmp_path, "sglang_ml_env", host.args(b))
-    assert back["actions"] == [f"switch {host.path} from {host.venv(c)} to {host.venv(b)}"]
+    assert back["actions"] == [
+        f"reused {host.venv(b)} (kept complete venv of six.txt, same Python build): nothing installed",
+        f"switch {host.path} from {host.venv(c)} to {host.venv(b)}",
+    ]
+    assert back["uv"]["reused_venv"] is True and back["uv"]["fetched_bytes"] == 0
     assert os.readlink(host.path) == str(host.venv(b)) and marker.stat().st_mtime_ns == built
 
     # keep 0: only the current venv stays; an incomplete (interrupted) build is removed too.

@@ -94,6 +94,9 @@ def test_the_unit_template_reads_only_checked_or_quoted_values() -> None:
     printed = set(re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)", template))
     loop_names = {n.strip() for names in re.findall(r"\{%\s*for (.*?) in ", template) for n in names.split(",")}
     assert printed - loop_names == {"ansible_managed", "sglang_server_resolved"}
-    assert set(re.findall(r"\{%\s*if ([A-Za-z_][A-Za-z0-9_]*)", template)) == {"sglang_server_gpu_idle_check"}
+    # The switches: one boolean, and whether the resolver found mounts to wait for.
+    assert set(re.findall(r"\{%\s*if ([A-Za-z_][A-Za-z0-9_]*)", template)) == {
+        "sglang_server_gpu_idle_check", "sglang_server_resolved"
+    }
     loops = re.findall(r"\{%\s*for .* in ([A-Za-z_][A-Za-z0-9_.]*)", template)
     assert loops and all(name.startswith("sglang_server_resolved.") for name in loops)
