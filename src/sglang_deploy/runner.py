@@ -9,6 +9,7 @@ failure, and the run's artifacts kept under ``artifacts/runs/<UTC time>-<command
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -479,6 +480,23 @@ def _private_dir(path: Path) -> Path:
     return path
 
 
+def rotate_runs(artifacts: Path, keep: int) -> None:
+    """Leave room for one more run under ``artifacts/runs``: the oldest run directories beyond ``keep - 1``
+    go. ansible-runner's own rotation is off: two CLI runs at once (render beside validate) would both
+    delete the same oldest entry and one would crash on the file the other removed first; here the
+    removal is under a lock beside the runs and a vanished entry is already gone, not an error."""
+    runs = artifacts / RUNS_SUBDIR
+    with (artifacts / ".runs.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries = []
+        for entry in runs.iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                if entry.is_dir() and not entry.is_symlink():
+                    entries.append((entry.stat().st_mtime, entry.name, entry))
+        for *_, old in sorted(entries)[: max(len(entries) - max(keep - 1, 0), 0)]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def run_ident(title: str) -> str:
     """The name of a run's artifacts directory: when it started (UTC) and what it was, so the
     newest is last in ``ls`` and a person finds "the failed up of this morning" by name."""
@@ -515,15 +533,18 @@ def runner_kwargs(
         return event_handler(event)
 
     artifacts = _private_dir(artifacts)
+    runs = _private_dir(artifacts / RUNS_SUBDIR)
+    if keep_artifacts > 0:
+        rotate_runs(artifacts, keep_artifacts)
     kwargs: dict[str, Any] = {
         "private_data_dir": str(artifacts),
-        "artifact_dir": str(_private_dir(artifacts / RUNS_SUBDIR)),
+        "artifact_dir": str(runs),
         "ident": ident,
         "envvars": ansible_env(),
         "quiet": True,
         "event_handler": on_event,
         "status_handler": on_status,
-        "rotate_artifacts": keep_artifacts,
+        "rotate_artifacts": 0,  # rotate_runs did it, under a lock
         "suppress_env_files": True,
     }
     if stop.armed:

@@ -69,6 +69,13 @@ _MARKER = "sglang-deploy-validator.json"
 _MARKER_FORMAT = 2
 _MARKER_TORCH_SOURCE = "torch_source"
 _PROBE_TIMEOUT_S = 300
+# The probe's answers, kept inside the validator venv that gave them (a rebuilt venv starts with none): the
+# same request to the same sglang, probe and environment gets the same answer, so a re-run, `render` after
+# `validate`, or each host of one inventory costs a file read instead of importing sglang (~6 s).
+_ANSWERS_DIR = "probe-answers"
+_ANSWER_MAX_BYTES = 4 * 1024 * 1024
+# Environment variables that may change what sglang's parser or its imports do: part of an answer's key.
+_ANSWER_ENV_PREFIXES = ("SGLANG", "SGL_", "HF_", "TRANSFORMERS", "TORCH", "CUDA")
 _OUTPUT_TAIL_LINES = 40
 _REACH_TIMEOUT_S = 5
 """How long an index or find-links page may take to answer before its source is skipped."""
@@ -689,6 +696,10 @@ def run_probe(
         "segments": [list(s) for s in segments],
         "stand_ins": list(stand_ins),
     }
+    kept = _kept_answer_file(env, request)
+    answer = _kept_answer(kept, read)
+    if answer is not None:
+        return answer
     try:
         done = subprocess.run(
             [str(_venv_python(env)), "-I", str(_PROBE)],
@@ -705,9 +716,59 @@ def run_probe(
             f"the flag probe failed (exit {done.returncode}):\n{_tail(done.stderr)}"
         )
     try:
-        return read(json.loads(done.stdout))
+        answer = read(json.loads(done.stdout))
     except (ValueError, KeyError, TypeError) as exc:
         raise ValidatorError(
             f"the flag probe answered something unexpected ({exc}):\n{_tail(done.stdout)}"
         ) from exc
+    _keep_answer(kept, done.stdout)
+    return answer
+
+
+def _kept_answer_file(env: Path, request: Mapping[str, Any]) -> Path | None:
+    """Where the answer to ``request`` is kept in ``env``: keyed by the venv's marker (its sglang, torch
+    and build), the probe's source, the request and the environment's sglang/torch/CUDA variables. None
+    for a venv without a marker (one being built: its first probe is the build's own check)."""
+    try:
+        marker = (env / _MARKER).read_bytes()
+        probe = _PROBE.read_bytes()
+    except OSError:
+        return None
+    environment = sorted((k, v) for k, v in os.environ.items() if k.startswith(_ANSWER_ENV_PREFIXES))
+    key = hashlib.sha256()
+    for part in (marker, probe, json.dumps([request, environment], sort_keys=True).encode()):
+        key.update(hashlib.sha256(part).digest())
+    return env / _ANSWERS_DIR / f"{key.hexdigest()}.json"
+
+
+def _kept_answer(path: Path | None, read: Callable[[Any], _Answer]) -> _Answer | None:
+    """The kept answer at ``path`` as ``read`` makes it, or None (none kept, too large, unreadable: ask again)."""
+    if path is None:
+        return None
+    try:
+        with path.open("rb") as handle:
+            text = handle.read(_ANSWER_MAX_BYTES + 1)
+        if len(text) > _ANSWER_MAX_BYTES:
+            return None
+        return read(json.loads(text))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _keep_answer(path: Path | None, text: str) -> None:
+    """Keep ``text`` at ``path`` (atomically: a concurrent reader sees the whole answer or none); a
+    read-only cache only loses the shortcut."""
+    if path is None or len(text.encode()) > _ANSWER_MAX_BYTES:
+        return
+    temporary = None
+    try:
+        path.parent.mkdir(exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as out:
+            temporary = out.name
+            out.write(text)
+        os.replace(temporary, path)
+    except OSError:
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
 

@@ -241,3 +241,22 @@ def test_a_signal_to_the_cli_stops_its_ansible_run(
         for process in _processes_of(marker):  # what a failing run left: this test's own processes only
             with contextlib.suppress(OSError):
                 os.kill(int(process.split(":")[0]), signal.SIGKILL)
+
+
+def test_two_runs_rotating_at_once_both_go_on(tmp_path: Path) -> None:
+    """Two CLI runs starting together rotate the same directory: neither fails on an entry the other
+    removed (ansible-runner's own rotation crashed one of them with FileNotFoundError)."""
+    import concurrent.futures
+    import os
+
+    artifacts = tmp_path / "artifacts"
+    for index in range(40):
+        run = artifacts / "runs" / f"run-{index:02d}"
+        (run / "job_events").mkdir(parents=True)
+        for event in range(20):
+            (run / "job_events" / f"{event}.json").write_text("{}")
+        os.utime(run, (index, index))
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for done in [pool.submit(runner.rotate_runs, artifacts, 3) for _ in range(8)]:
+            done.result()
+    assert sorted(p.name for p in (artifacts / "runs").iterdir()) == ["run-38", "run-39"]

@@ -455,6 +455,61 @@ def test_a_second_spelling_of_a_flag_is_a_conflict_found_by_dest(cu128: Lane) ->
     assert "sets the same option as --model" in result.problems[2].message
 
 
+@pytest.mark.slow
+def test_an_answer_is_kept_in_the_validator_venv_and_asked_again_when_anything_in_its_key_changes(
+    cu128: Lane, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The same flags asked twice import sglang once; the kept answer is the probe's own. A changed
+    sglang variable, a corrupt kept file or a changed probe asks the parser again."""
+    import subprocess
+
+    from sglang_deploy import validator_venv
+
+    argv = _with(SEED_004_FLAGS, {"--max-running-requests": ["17"]})  # a request no other test makes
+    import uuid
+
+    monkeypatch.setenv("SGLANG_DEPLOY_TEST_ANSWERS", uuid.uuid4().hex)  # a key no earlier run kept
+    probes: list[list[str]] = []
+    real_run = subprocess.run
+
+    def counting_run(args, *rest, **kwargs):  # type: ignore[no-untyped-def]
+        if str(validator_venv._PROBE) in map(str, args):
+            probes.append(list(map(str, args)))
+        return real_run(args, *rest, **kwargs)
+
+    monkeypatch.setattr(validator_venv.subprocess, "run", counting_run)
+    first = validate_flags(argv, cu128, "gpu-01")
+    assert len(probes) == 1 and first.ok, first.format()
+    again = validate_flags(argv, cu128, "gpu-01")
+    assert len(probes) == 1 and again == first
+    bad = validate_flags(_with(argv, {"--tp-size": ["0"]}), cu128, "gpu-01")
+    assert len(probes) == 2 and not bad.ok  # another request: asked
+    assert validate_flags(_with(argv, {"--tp-size": ["0"]}), cu128, "gpu-01") == bad and len(probes) == 2
+
+    kept = _kept_for(cu128, argv)
+    kept.write_text("{not json")
+    assert validate_flags(argv, cu128, "gpu-01") == first and len(probes) == 3
+    assert json.loads(kept.read_text())  # the answer asked again replaced the corrupt one
+    monkeypatch.setenv("SGLANG_DEPLOY_TEST_ANSWERS", uuid.uuid4().hex)
+    assert validate_flags(argv, cu128, "gpu-01") == first and len(probes) == 4
+    changed = tmp_path / validator_venv._PROBE.name
+    changed.write_text(validator_venv._PROBE.read_text() + "# a changed probe\n")
+    monkeypatch.setattr(validator_venv, "_PROBE", changed)
+    assert validate_flags(argv, cu128, "gpu-01") == first and len(probes) == 5
+
+
+def _kept_for(lane: Lane, argv: list[str]) -> Path:
+    """The file the answer to ``argv`` is kept in (as validate_flags asks it)."""
+    from sglang_deploy import validator_venv
+
+    env = validator_venv.ensure_validator_env(lane)
+    segments = [list(s.tokens) for s in split_segments(argv)]
+    request = {"argv": argv, "segments": segments, "stand_ins": list(lane.validator.stand_ins)}
+    path = validator_venv._kept_answer_file(env, request)
+    assert path is not None and path.is_file()
+    return path
+
+
 def _with(argv: list[str], changes: dict[str, list[str]]) -> list[str]:
     """``argv`` with each flag of ``changes`` set to the given values (replaced or appended)."""
     segments = [s for s in split_segments(argv) if s.flag not in changes]
