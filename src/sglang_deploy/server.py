@@ -227,10 +227,16 @@ def _requires_mounts_for(flags: Mapping[str, Any], jit_cache: Mapping[str, Any])
     """What the unit waits for (``RequiresMountsFor=``): the model's directory and the kept caches' disk (the
     ml-env's venv is there too when the store is on it), so a weights disk that did not mount (it is ``nofail``)
     stops the unit with the mount's name instead of a load that cannot find its files."""
-    models = [flags.get(_flag_key(flags, name)) for name in ("model-path", "model")]  # sglang's two spellings
-    paths = [model for model in models if isinstance(model, str) and model.startswith("/")]
+    paths = [flags.get(_flag_key(flags, name)) for name in ("model-path", "model")]  # sglang's two spellings
     paths += [jit_cache["root"]] if jit_cache else []
-    return [systemd.absolute_path("RequiresMountsFor", path) for path in dict.fromkeys(paths)]
+    kept: list[str] = []
+    for path in paths:
+        try:  # a path of plain characters only: a model path sglang takes quoted (spaces) gets no dependency
+            if isinstance(path, str) and path not in kept:
+                kept.append(systemd.absolute_path("RequiresMountsFor", path))
+        except systemd.UnitValueError:
+            continue
+    return kept
 
 
 def inventory_flags(

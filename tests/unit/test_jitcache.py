@@ -131,3 +131,12 @@ def test_the_unit_waits_for_the_disks_of_the_model_and_the_kept_caches() -> None
     assert mounts(flags_override={"model": model}, jit_cache=cache) == [model, ROOT_DIR]
     assert mounts(flags_override={"model": model}) == [model]  # no kept disk: the model's directory alone
     assert mounts(flags_override={"model": "zai-org/GLM-5"}) == []  # a hub id: nothing on a disk to wait for
+
+
+def test_a_model_path_the_unit_can_only_quote_gets_no_mount_dependency() -> None:
+    """sglang takes a model path with a space (ExecStart quotes it); RequiresMountsFor= cannot, so it is left out."""
+    result = server.resolve(
+        server.ServerInputs.from_vars(inputs(flags_override={"model": "/srv/my models/glm"})), host="gpu1"
+    ).to_dict()
+    assert result["unit"]["requires_mounts_for"] == []
+    assert "'/srv/my models/glm'" in result["launch"]["exec_start"] or '"/srv/my models/glm"' in result["launch"]["exec_start"]
