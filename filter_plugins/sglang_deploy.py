@@ -23,13 +23,24 @@ def _inputs(values: Any, host: str) -> server.ServerInputs:
         raise AnsibleFilterError(f"host {host}: {err}") from None
 
 
-def sglang_server_resolve(inputs: Any, host: str, gpu_facts: Any = None) -> dict[str, Any]:
+def sglang_server_resolve(inputs: Any, host: str, gpu_facts: Any = None, checkpoint: Any = None) -> dict[str, Any]:
     """The host's server resolved once (src/sglang_deploy/server.py): published as the fact
-    ``sglang_server_resolved`` by roles/sglang_server/tasks/resolve.yml."""
+    ``sglang_server_resolved`` by roles/sglang_server/tasks/resolve.yml. ``checkpoint``: the host's
+    inspection of the served weights (the sglang_checkpoint module's), when there is one."""
     try:
-        return server.resolve(_inputs(inputs, host), host=host, gpu_facts=gpu_facts or None).to_dict()
+        return server.resolve(
+            _inputs(inputs, host), host=host, gpu_facts=gpu_facts or None, checkpoint=checkpoint or None
+        ).to_dict()
     except server.ResolveError as err:
         raise AnsibleFilterError(str(err)) from None
+
+
+def sglang_server_model_path(inputs: Any, host: str) -> str:
+    """The directory the server loads, as the merged flags name it ("" when none on the host's disk)."""
+    try:
+        return server.model_path(_inputs(inputs, host))
+    except server.LaunchConfigError as err:
+        raise AnsibleFilterError(f"host {host}: {err}") from None
 
 
 def sglang_server_secrets(inputs: Any, host: str) -> dict[str, str]:
@@ -71,6 +82,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "sglang_server_resolve": sglang_server_resolve,
+            "sglang_server_model_path": sglang_server_model_path,
             "sglang_server_secrets": sglang_server_secrets,
             "sglang_env_file_lines": sglang_env_file_lines,
             "sglang_bearer_headers": sglang_bearer_headers,

@@ -25,16 +25,15 @@ import argparse
 import json
 import os
 import shutil
-import struct
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import safetensors
+
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_SHARD = "model.safetensors"
-# A safetensors header is JSON describing tensors; 100 MB is the format's own upper bound.
-MAX_HEADER_BYTES = 100 * 1024 * 1024
 # Tool bookkeeping inside a download directory (hf download's resume metadata) is not model data.
 IGNORED_DIRS = frozenset({".cache", ".git"})
 COPY_CHUNK = 16 * 1024 * 1024
@@ -93,50 +92,26 @@ class CheckReport:
 
 def safetensors_header(path: Path) -> dict[str, Any]:
     """The JSON header of a .safetensors file (raises WeightsError when it cannot be read)."""
-    return _read_header(path)[1]
+    header = _read_header(path)
+    return {
+        name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.begin, t.end]}
+        for name, t in header.tensors.items()
+    }
 
 
-def _read_header(path: Path) -> tuple[int, dict[str, Any]]:
-    """(header length, header) of a .safetensors file."""
+def _read_header(path: Path) -> safetensors.Header:
+    """The header, spans checked (the completeness check needs no more); WeightsError otherwise."""
     try:
-        with path.open("rb") as handle:
-            raw_len = handle.read(8)
-            if len(raw_len) != 8:
-                raise WeightsError(f"{path.name}: shorter than the 8-byte header length")
-            (header_len,) = struct.unpack("<Q", raw_len)
-            if header_len == 0 or header_len > MAX_HEADER_BYTES:
-                raise WeightsError(f"{path.name}: header length {header_len} is not plausible")
-            raw = handle.read(header_len)
+        return safetensors.read_header(path, strict=False)
+    except safetensors.HeaderError as exc:
+        raise WeightsError(f"{path.name}: {exc}") from exc
     except OSError as exc:
         raise WeightsError(f"{path.name}: {exc.strerror}") from exc
-    if len(raw) != header_len:
-        raise WeightsError(f"{path.name}: file ends inside its {header_len}-byte header")
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise WeightsError(f"{path.name}: header is not JSON ({exc})") from exc
-    if not isinstance(header, dict):
-        raise WeightsError(f"{path.name}: header is not a JSON object")
-    return int(header_len), header
 
 
 def safetensors_expected_size(path: Path) -> int:
     """File size the header implies: 8 + header length + end of the last tensor's data."""
-    header_len, header = _read_header(path)
-    data_end = 0
-    for name, tensor in header.items():
-        if name == "__metadata__":
-            continue
-        offsets = tensor.get("data_offsets") if isinstance(tensor, dict) else None
-        if (
-            not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(isinstance(o, int) and o >= 0 for o in offsets)
-            or offsets[0] > offsets[1]
-        ):
-            raise WeightsError(f"{path.name}: tensor {name!r} has no valid data_offsets")
-        data_end = max(data_end, offsets[1])
-    return 8 + header_len + data_end
+    return _read_header(path).expected_size
 
 
 def index_shards(directory: Path) -> list[str]:

@@ -65,7 +65,13 @@ TABLE_COLUMNS = (
     ("p99 TTFT ms", "p99_ttft_ms", "{:,.1f}"),
     ("median ITL ms", "median_itl_ms", "{:,.1f}"),
     ("p99 ITL ms", "p99_itl_ms", "{:,.1f}"),
+    # Speculative decoding's mean accepted tokens per step (sglang's avg_spec_accept_length, which
+    # bench_serving records); "-" for a server without it.
+    ("accept length", "accept_length", "{:.2f}"),
 )
+# A speculative run accepting fewer tokens per step than this drafts for nothing: every step still pays
+# for the draft (a draft layer missing from the checkpoint, or an untrained one, accepts about 1.0).
+INERT_ACCEPT_LENGTH = 1.1
 
 
 class BenchInputError(ValueError):
@@ -492,11 +498,35 @@ def verdict_markdown(verdict: Verdict) -> list[str]:
     return [*out, ""]
 
 
+def inert_points(points: Mapping[int, Mapping[str, Any]]) -> list[tuple[int, float]]:
+    """(concurrency, accept length) where the server decoded speculatively and accepted under
+    :data:`INERT_ACCEPT_LENGTH` tokens per step."""
+    found = []
+    for concurrency, record in sorted(points.items()):
+        length = record.get("accept_length")
+        if _finite(length) and length < INERT_ACCEPT_LENGTH:
+            found.append((concurrency, float(length)))
+    return found
+
+
+def inert_line(found: Sequence[tuple[int, float]]) -> str:
+    lengths = ", ".join(f"{length:.2f} at {c}" for c, length in found)
+    return (
+        f"INERT: speculative decoding accepts {lengths} tokens per step (under {INERT_ACCEPT_LENGTH}): the draft "
+        "costs every step and saves none, and sglang does not say so. A draft layer missing from the checkpoint "
+        "(or an untrained one) does this: check it with sglang-deploy checkpoint DIR, or launch without the "
+        "speculative flags"
+    )
+
+
 def overall(run: Run) -> str:
-    """FAILED (a step failed), REGRESSION, or ok."""
+    """FAILED (a step failed), INERT (speculative decoding that accepts nothing), REGRESSION, or ok."""
     if not run.ok:
         failures = [f"concurrency {step['concurrency']}: {step['problem']}" for step in run.failed_steps]
         return f"FAILED ({'; '.join(failures) or 'no steps'})"
+    inert = inert_points(run.points())
+    if inert:
+        return inert_line(inert)
     if run.verdict_problem is not None:
         return f"NO VERDICT ({run.verdict_problem})"
     if run.verdict is not None and run.verdict.regressions:
@@ -573,6 +603,7 @@ COMPARE_METRICS = (
     ("p99_ttft_ms", "p99 TTFT ms", False),
     ("median_itl_ms", "median ITL ms", False),
     ("p99_itl_ms", "p99 ITL ms", False),
+    ("accept_length", "accept length", True),
 )
 # The metric the verdict judges (the others are shown): what the operators' target is written in.
 COMPARE_VERDICT_METRIC = "output_throughput"
@@ -681,10 +712,17 @@ class RunComparison:
     def faster(self) -> list[int]:
         return [c for c, r in self.judged() if r > 1 + self.threshold]
 
+    @property
+    def b_inert(self) -> list[tuple[int, float]]:
+        return inert_points(self.b.points)
+
     def verdict(self) -> str:
-        """One line: what B is against A in output throughput (beyond +-threshold counts)."""
+        """One line: what B is against A in output throughput (beyond +-threshold counts), and B's
+        speculative decoding if it accepts nothing."""
         judged = self.judged()
         failed = f"; B FAILED at concurrency {', '.join(map(str, self.b_failed))}" if self.b_failed else ""
+        if self.b_inert:
+            failed += f"; B is {inert_line(self.b_inert)}"
         if not judged:
             return "NOTHING TO COMPARE: no concurrency where both sides measured output throughput" + failed
         ratios = ", ".join(f"{r:.2f}x at {c}" for c, r in judged)
@@ -701,8 +739,9 @@ class RunComparison:
 
     @property
     def ok(self) -> bool:
-        """B neither failed a step nor fell below A beyond the threshold (the exit status)."""
-        return bool(self.judged()) and not self.slower and not self.b_failed
+        """B neither failed a step, nor fell below A beyond the threshold, nor drafted for nothing (the
+        exit status)."""
+        return bool(self.judged()) and not self.slower and not self.b_failed and not self.b_inert
 
     def to_dict(self) -> dict[str, Any]:
         return {

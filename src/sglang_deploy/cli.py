@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "nccl_check",
     "lock",
     "plan",
+    "checkpoint",
     "doctor",
     "kernels",
     "verify",

@@ -91,9 +91,11 @@ class Lane:
     """The ml-env lock's inputs; a lane without one can validate flags but not build an ml-env."""
     kernel_exemptions: tuple[KernelExemption, ...] = ()
     """Objects the kernel proof accepts without ``required_archs`` (it checks that they still lack them)."""
+    fp4_gemm_auto_sm120: str = ""
+    """What ``--fp4-gemm-backend auto`` runs on SM120 in this lane's sglang ("" = not known)."""
 
 
-_OPTIONAL_LANE_KEYS = frozenset({"lock", "kernel_exemptions"})
+_OPTIONAL_LANE_KEYS = frozenset({"lock", "kernel_exemptions", "fp4_gemm_auto_sm120"})
 
 
 def _lane_dir() -> Traversable:
@@ -148,6 +150,7 @@ def _parse_lane(data: dict[str, Any], where: str) -> Lane:
                 data.get("kernel_exemptions", []), KernelExemption, "kernel_exemptions", where
             )
         ),
+        fp4_gemm_auto_sm120=_string(data, "fp4_gemm_auto_sm120", where) if "fp4_gemm_auto_sm120" in data else "",
     )
 
 

@@ -88,6 +88,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sglang_deploy_host import checkpoint as inspector
+from sglang_deploy import architectures
+
 MIB = 1 << 20
 GIB = 1 << 30
 
@@ -463,6 +466,14 @@ def architecture_inputs(
             f"{values['draft_embedding_gib_per_gpu']:.3f} GiB and eh_proj {values['draft_projection_gib_per_gpu']:.3f} "
             "GiB per GPU in BF16, loaded inside the fraction before the pool"
         )
+        unquantized = _unquantized_draft_layer_gib(text, tp) if _modelopt_fp4(config, flags) else None
+        if unquantized is not None:
+            values["draft_weights_gib_per_gpu"] = round(unquantized + values["draft_embedding_gib_per_gpu"], 4)
+            notes.append(
+                f"modelopt_fp4: sglang builds the draft layer unquantized (BF16), {unquantized:.3f} GiB per GPU at TP {tp} "
+                f"from the architecture's shapes, + its embedding and head = {values['draft_weights_gib_per_gpu']:.3f} "
+                "GiB (plan --checkpoint reads the real bytes)"
+            )
     if architecture == "glm-5":
         terms = glm5_memory_terms(tp, dsa_attention=_is_nsa(config) and attention in (None, "dsa", "nsa"))
         values.update(graph_fixed_mib=terms.graph_fixed_mib, graph_mib_per_bs=terms.graph_mib_per_bs,
@@ -488,6 +499,37 @@ def _draft_inputs(text: Mapping[str, Any], draft_layers: int, tp_size: int) -> d
         "draft_projection_gib_per_gpu": 2 * hidden * hidden * DRAFT_DENSE_ELEMENT_BYTES / GIB,
         "draft_layer_share": draft_layers / _int(text, "num_hidden_layers"),
     }
+
+
+def _modelopt_fp4(config: Mapping[str, Any], flags: Mapping[str, Any]) -> bool:
+    """The launch quantizes with ModelOpt FP4 (the flag, or the checkpoint's own quantization config)."""
+    if str(_flag(flags, "quantization") or "") == "modelopt_fp4":
+        return True
+    quant = config.get("quantization_config")
+    if isinstance(quant, Mapping):
+        nested = quant.get("quantization")
+        for part in (quant, nested if isinstance(nested, Mapping) else {}):
+            if str(part.get("quant_algo") or "").upper() == "NVFP4":
+                return True
+    return False
+
+
+def _unquantized_draft_layer_gib(text: Mapping[str, Any], tp_size: int) -> float | None:
+    """GiB per GPU of the MTP draft layer in BF16 (deepseek_nextn.py builds it with ``quant_config=None``
+    under modelopt_fp4), from the architecture's shapes and how sglang shards each tensor; None for an
+    architecture without DeepSeek-V3-style shapes."""
+    try:
+        tensors = architectures.draft_layer_tensors(text)
+    except (KeyError, TypeError, ValueError):
+        return None
+    replicated = split = 0
+    for name, (_dtype, shape) in tensors.items():
+        size = math.prod(shape) * 2
+        if inspector.split_over_tensor_parallel(name):
+            split += size
+        else:
+            replicated += size
+    return (replicated + split / tp_size) / GIB
 
 
 def weights_gib_from_index(index: Mapping[str, Any], tp_size: int) -> float:

@@ -32,8 +32,8 @@ from typing import Any
 
 from sglang_deploy_host import endpoint, gpufacts, systemd
 from sglang_deploy_host import watchdog as host_watchdog
-from sglang_deploy import architectures, jitcache, planner, preflight
-from sglang_deploy.lanes import LaneError, load_lane
+from sglang_deploy import architectures, checkpoints, fp4_gemm, jitcache, planner, preflight
+from sglang_deploy.lanes import Lane, LaneError, load_lane
 from sglang_deploy.launch import (
     LaunchConfig,
     LaunchConfigError,
@@ -77,6 +77,9 @@ class ServerInputs:
     watchdog: Mapping[str, Any] | None = None
     # The kept disk's JIT caches: root ("" = none), lock_digest (the ml-env's venv name), cuda_version.
     jit_cache: Mapping[str, Any] | None = None
+    # The served checkpoint as the hub names it: known_checkpoints.yml judges it before the host is asked.
+    checkpoint_repo: str = ""
+    checkpoint_revision: str = ""
 
     @classmethod
     def from_vars(cls, values: Mapping[str, Any]) -> ServerInputs:
@@ -122,6 +125,8 @@ class ResolvedServer:
     pending: list[str] = field(default_factory=list)
     watchdog: dict[str, Any] = field(default_factory=dict)
     jit_cache: dict[str, Any] = field(default_factory=dict)
+    checkpoint: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """``state``: the service state asked for; ``flags``: the canonical launch flags (what sglang gets; ``{env: NAME}`` for secrets);
@@ -132,23 +137,33 @@ class ResolvedServer:
         None; ``adjustments``: what the P2P adjustment added; ``pending``: what could not be resolved
         without the host's GPU facts (empty when the launch is final); ``watchdog``: the watchdog
         timer's units and checked values (:func:`watchdog_settings`); ``jit_cache``:
-        :func:`jitcache.resolve` (``{}`` without a kept disk)."""
+        :func:`jitcache.resolve` (``{}`` without a kept disk); ``checkpoint``: what is known of the served
+        checkpoint's draft and experts and from where (``{}``: nothing, :func:`_checkpoint_summary`);
+        ``warnings``: what the operator should read before the unit starts (nothing refused)."""
         return asdict(self)
 
 
 def resolve(
-    inputs: ServerInputs, *, host: str, gpu_facts: Mapping[str, Any] | None = None
+    inputs: ServerInputs,
+    *,
+    host: str,
+    gpu_facts: Mapping[str, Any] | None = None,
+    checkpoint: Mapping[str, Any] | None = None,
 ) -> ResolvedServer:
-    """The host's server, resolved; :class:`ResolveError` naming host, variable and fix."""
+    """The host's server, resolved; :class:`ResolveError` naming host, variable and fix. ``checkpoint`` is
+    the host's inspection of the served weights (the sglang_checkpoint module's ``inspection``), which
+    judges the launch; without it the known checkpoints do (known_checkpoints.yml)."""
     try:
-        return _resolve(inputs, host, gpu_facts)
+        return _resolve(inputs, host, gpu_facts, checkpoint)
     except (
         LaunchConfigError, planner.PlanError, systemd.UnitValueError, preflight.PreflightError, jitcache.JitCacheError
     ) as err:
         raise ResolveError(f"host {host}: {err}") from None
 
 
-def _resolve(inputs: ServerInputs, host: str, gpu_facts: Mapping[str, Any] | None) -> ResolvedServer:
+def _resolve(
+    inputs: ServerInputs, host: str, gpu_facts: Mapping[str, Any] | None, checkpoint: Mapping[str, Any] | None
+) -> ResolvedServer:
     if inputs.state not in STATES:
         raise LaunchConfigError(
             f"sglang_server_state={inputs.state} is not a state this role knows. Fix: use started, stopped or "
@@ -180,9 +195,18 @@ def _resolve(inputs: ServerInputs, host: str, gpu_facts: Mapping[str, Any] | Non
         adjustments = preflight.p2p_adjustments(gpufacts.GpuFacts.from_dict(facts), before)
         flags = merge_flags(flags, adjustments["flags"])
         env = merge_flags(env, adjustments["env"], variable="sglang_server_env")
+    # The checkpoint and the GPU's kernels: a launch they cannot serve is refused here, before the memory plan.
+    before = LaunchConfig.from_vars(flags, python=inputs.python, env=env, secret_env_names=secret_env)
+    verdict, warnings, draft = _judge_checkpoint(inputs, before, checkpoint)
+    quantization = verdict.inspection.quantization if verdict is not None and verdict.inspection is not None else None
+    if fp4_gemm.runs_fp4_gemms(before, quantization):
+        sm_major = planner.gpu_facts_summary(facts).get("sm_major") if facts else (inputs.memory_plan or {}).get("sm_major")
+        problem = fp4_gemm.problem(_lane(inputs.lane), before, sm_major)
+        if problem:
+            raise LaunchConfigError(problem)
     # 3. the memory plan
     pending: list[str] = []
-    plan = _memory_plan(inputs, flags, facts, pending)
+    plan = _memory_plan(inputs, flags, facts, pending, draft)
     # 4. the role's own additions
     additions: dict[str, Any] = {}
     if inputs.api_key:
@@ -220,7 +244,65 @@ def _resolve(inputs: ServerInputs, host: str, gpu_facts: Mapping[str, Any] | Non
         pending=pending,
         watchdog=watchdog_settings(inputs.watchdog or {}, unit, served, launch),
         jit_cache=jit_cache,
+        checkpoint=_checkpoint_summary(verdict),
+        warnings=warnings,
     )
+
+
+def _judge_checkpoint(
+    inputs: ServerInputs, config: LaunchConfig, inspection: Mapping[str, Any] | None
+) -> tuple[checkpoints.Verdict | None, list[str], dict[str, float]]:
+    """The served checkpoint against the launch (checkpoints.py): the verdict, the warnings, and the draft's
+    real memory for the planner; LaunchConfigError for a launch the checkpoint cannot serve."""
+    repo, revision = str(inputs.checkpoint_repo or ""), str(inputs.checkpoint_revision or "")
+    try:
+        verdict = checkpoints.from_inspection(inspection) if inspection else checkpoints.from_known(repo, revision)
+    except TypeError as err:
+        raise LaunchConfigError(f"the checkpoint's inspection is not one this version reads ({err})") from None
+    where = _origin(inputs, "speculative-algorithm")
+    problems = checkpoints.problems(config, verdict, where=where)
+    if problems:
+        raise LaunchConfigError("; ".join(problems))
+    note = checkpoints.warning(config, verdict, where=where, repo=repo)
+    draft = checkpoints.draft_memory(verdict, config.tp_size) if checkpoints.self_drafting(config) else {}
+    return verdict, [note] if note else [], draft
+
+
+def _lane(name: str) -> Lane:
+    try:
+        return load_lane(name)
+    except LaneError as err:
+        raise LaunchConfigError(f"sglang_common_lane: {err}") from None
+
+
+def _origin(inputs: ServerInputs, name: str) -> str:
+    """Which variable set flag ``name``: the override, the launch profile, or the flags."""
+    for label, part in (
+        ("sglang_server_flags_override", inputs.flags_override),
+        (f"sglang_server_profile {inputs.profile!r}", (inputs.profiles or {}).get(inputs.profile) if inputs.profile else None),
+    ):
+        if isinstance(part, Mapping) and any(str(k).lstrip("-").replace("_", "-") == name for k in part):
+            return label
+    return "sglang_server_flags"
+
+
+def _checkpoint_summary(verdict: checkpoints.Verdict | None) -> dict[str, Any]:
+    if verdict is None:
+        return {}
+    return {
+        "source": verdict.source, "speculative": verdict.speculative, "detail": verdict.detail,
+        "draft_layer": verdict.draft_layer, "shared_experts_fusion": verdict.shared_experts_fusion,
+        "inspected": verdict.inspection is not None,
+    }  # fmt: skip
+
+
+def model_path(inputs: ServerInputs) -> str:
+    """The directory the server loads (``--model-path``/``--model``) as the inventory gives it, "" when it is
+    not a plain path (the hub id of a model sglang downloads itself, a value from the environment)."""
+    flags = inventory_flags(inputs.flags, inputs.profile, inputs.profiles, inputs.flags_override)
+    names = ("model-path", "model")
+    value = next((v for k, v in flags.items() if str(k).lstrip("-").replace("_", "-") in names and v not in (None, False)), None)
+    return value if isinstance(value, str) and value.startswith("/") else ""
 
 
 def _requires_mounts_for(flags: Mapping[str, Any], jit_cache: Mapping[str, Any]) -> list[str]:
@@ -275,7 +357,11 @@ def _secret_env(inputs: ServerInputs) -> list[str]:
 
 
 def _memory_plan(
-    inputs: ServerInputs, flags: Mapping[str, Any], facts: Mapping[str, Any] | None, pending: list[str]
+    inputs: ServerInputs,
+    flags: Mapping[str, Any],
+    facts: Mapping[str, Any] | None,
+    pending: list[str],
+    draft: Mapping[str, float],
 ) -> dict[str, Any] | None:
     """The planner's verdict on --mem-fraction-static, or None when there is nothing to judge (the
     flag is absent, or an explicit fraction without GPU facts or ``gpu_memory_mib``)."""
@@ -291,7 +377,7 @@ def _memory_plan(
             )
         return None
     try:
-        result = plan_for_flags(flags, gpu_facts=facts, plan_vars=plan_vars, lane=inputs.lane)
+        result = plan_for_flags(flags, gpu_facts=facts, plan_vars=plan_vars, lane=inputs.lane, draft=draft)
     except planner.PlanError as err:
         raise planner.PlanError(f"memory plan: {err}") from None
     if result["safe"] is False and not inputs.mem_fraction_unsafe_ok:
@@ -310,6 +396,7 @@ def plan_for_flags(
     plan_vars: Mapping[str, Any] | None,
     lane: str,
     count_used_memory: bool = False,
+    draft: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The memory plan for a host's merged launch flags.
 
@@ -318,7 +405,8 @@ def plan_for_flags(
     (without facts), weights_gib_per_gpu, gpu_memory_mib without facts, and any PlanInputs field
     (which wins over what the architecture gives). ``count_used_memory`` subtracts the memory the
     facts show in use; off for the role: a run against a serving host sees its own server's memory,
-    and ``auto`` must resolve to the same number on every run (idempotence).
+    and ``auto`` must resolve to the same number on every run (idempotence). ``draft`` is the inspected
+    draft's memory (checkpoints.draft_memory), which wins over the estimates.
 
     Returns ``Plan.to_dict()`` plus ``requested`` (the flag as given), ``explanation`` and
     ``mem_fraction_static`` (the number to launch with: the recommendation for ``auto``).
@@ -350,6 +438,7 @@ def plan_for_flags(
         )
         values.update(derived)
     values.update(extra)
+    values.update(draft or {})
     if summary is not None:
         values["gpu_memory_mib"] = summary["gpu_memory_mib"]
         if count_used_memory:

@@ -395,3 +395,31 @@ def test_the_compare_command_writes_the_comparison_and_exits_on_the_verdict(tmp_
     assert cli.main(["bench", "--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--endpoint", "http://127.0.0.1:1"]) == 2
     assert cli.main(["bench", "--compare", str(tmp_path / "nothing"), "seed-004"]) == 2
     assert "cannot open it" in capsys.readouterr().err
+
+
+# --- speculative decoding that drafts for nothing (recorded on the H200, GLM-5's architecture, random weights) ---
+REAL_GLM5 = Path(__file__).resolve().parents[1] / "fixtures" / "real-sglang" / "h200-glm5-arch-0.5.17"
+
+
+def test_a_speculative_run_that_accepts_about_one_token_is_inert() -> None:
+    """glm5-dsa-mtp ran EAGLE with a draft of random weights: sglang reported an acceptance of 1.0 and said
+    nothing else; the run's verdict and a comparison with the same launch without MTP both call it INERT."""
+    mtp = bench.load_run(REAL_GLM5 / "glm5-dsa-mtp" / "bench")
+    assert [step["record"]["accept_length"] for step in mtp.steps] == [1.0]
+    assert bench.table_rows(mtp)[0][-1] == "1.00"
+    verdict = bench.overall(mtp)
+    assert verdict.startswith("INERT: speculative decoding accepts 1.00 at 1 tokens per step (under 1.1)")
+    assert "sglang-deploy checkpoint DIR" in verdict
+    plain = bench.load_run(REAL_GLM5 / "glm5-dsa-bf16" / "bench")
+    assert bench.overall(plain) == "ok" and bench.table_rows(plain)[0][-1] == "-"
+    comparison = bench.compare_sides(bench.load_side(str(REAL_GLM5 / "glm5-dsa-bf16" / "bench")),
+                                     bench.load_side(str(REAL_GLM5 / "glm5-dsa-mtp" / "bench")))  # fmt: skip
+    assert "B is INERT: speculative decoding accepts 1.00 at 1" in comparison.verdict()
+    assert comparison.ok is False
+    assert comparison.rows[0].cell("accept_length").endswith("/ 1.0")
+
+
+@pytest.mark.parametrize(("accept", "inert"), [(1.0, True), (1.09, True), (1.1, False), (2.3, False), (None, False)])
+def test_inert_is_an_acceptance_under_1_1_and_only_with_a_figure(accept: float | None, inert: bool) -> None:
+    points = {8: {"output_throughput": 100.0, "accept_length": accept}}
+    assert bool(bench.inert_points(points)) is inert

@@ -226,3 +226,12 @@ def test_cli_stdin_is_bounded_and_text() -> None:
     assert zero.returncode == 2 and zero.stderr.strip() == "doctor: stdin: more than the 67,108,864 bytes this reads"
     binary = run_cli("-", stdin="INFO ok\n\0\n")
     assert binary.returncode == 2 and "binary" in binary.stderr
+
+
+def test_nan_with_the_cutlass_fp4_gemm_names_that_cause_and_its_fix_alone() -> None:
+    for path in sorted((LOGS / "nan-output-fp4-gemm").glob("*.log")):
+        findings = doctor.diagnose(path.read_text().splitlines())
+        assert [f.id for f in findings] == ["nan-output-fp4-gemm"], path
+        assert "--fp4-gemm-backend flashinfer_cudnn" in findings[0].fix and "#2708" in findings[0].summary
+    # The same NaN without that backend in the log is the attention/NSA rule's.
+    assert ids(LOGS / "nan-output" / "sampler-nan-logits.log") == ["nan-output"]

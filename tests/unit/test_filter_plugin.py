@@ -45,9 +45,21 @@ def test_env_file_lines_and_api_key_problem() -> None:
     assert plugin.sglang_bearer_headers("k1") == {"Authorization": "Bearer k1"}
     assert plugin.sglang_bearer_headers("") == {}
     assert set(plugin.FilterModule().filters()) == {
-        "sglang_server_resolve", "sglang_server_secrets", "sglang_env_file_lines",
+        "sglang_server_resolve", "sglang_server_model_path", "sglang_server_secrets", "sglang_env_file_lines",
         "sglang_bearer_headers", "sglang_path_component", "sglang_redact",
     }  # fmt: skip
+
+
+def test_the_model_path_is_the_merged_flags_directory_or_nothing() -> None:
+    # Untemplated (the test hands the inventory's text over as it is): not a path yet.
+    assert plugin.sglang_server_model_path(inputs(), host="h1") == ""
+    values = inputs()
+    values["flags_override"] = {"model": "/srv/weights/glm-5"}
+    assert plugin.sglang_server_model_path(values, host="h1") == "/srv/weights/glm-5"
+    values["flags_override"] = {"model": "lukealonso/GLM-5-NVFP4"}  # a hub id: nothing on the host's disk to read
+    assert plugin.sglang_server_model_path(values, host="h1") == ""
+    values["flags_override"] = {"model": None, "model-path": "/m"}
+    assert plugin.sglang_server_model_path(values, host="h1") == "/m"
 
 
 def test_redact_masks_every_secret_longest_first():

@@ -205,7 +205,8 @@ def test_halving_the_prefill_chunk_saves_activation_memory_and_costs_a_little_at
 # --- extrapolated to the seed box: GLM-5-NVFP4, TP 8, 97,887 MiB, sglang 0.5.10.post1 -----------------
 def _box_plan(fraction: object, flags: dict[str, object], max_running: int = 64) -> planner.Plan:
     launch = {"tp-size": 8, "attention-backend": "flashinfer", "nsa-prefill-backend": "trtllm",
-              "nsa-decode-backend": "trtllm", "max-running-requests": max_running, **flags}  # fmt: skip
+              "nsa-decode-backend": "trtllm", "max-running-requests": max_running, "quantization": "modelopt_fp4",
+              **flags}  # fmt: skip
     derived, _ = planner.architecture_inputs(GLM5_CONFIG, launch, sm_major=12, sglang_version="0.5.10.post1", architecture="glm-5")
     values = {**planner.inputs_from_flags(launch), **derived}
     values.pop("kv_cache_dtype", None)
@@ -227,13 +228,28 @@ def test_the_seed_launch_reproduces_the_seed_with_the_conversion_split_out() -> 
 def test_the_tuned_profile_plans_a_safe_fraction_and_drops_the_conversion() -> None:
     profiles = __import__("yaml").safe_load((ROOT / "inventory/proxmox/group_vars/sglang_servers/profiles.yml").read_text())
     tuned = profiles["sglang_server_profiles"]["tuned"]
+    assert tuned["kv-cache-dtype"] == "bfloat16" and "speculative-algorithm" not in tuned
+    plan = _box_plan("auto", {k: v for k, v in tuned.items() if k != "mem-fraction-static"})
+    assert "kv_conversion" not in plan.breakdown_mib and "speculative_draft" not in plan.breakdown_mib
+    assert plan.inputs["kv_bytes_per_token"] == 100_152  # bf16, the plain layout
+    assert plan.recommended_mem_fraction_static == 0.92
+    assert plan.kv_tokens is not None and plan.kv_tokens > 64 * 3 * 1024  # 64 requests of 3K tokens
+    assert not any(reason.startswith("SLOW:") for reason in plan.reasons)
+
+
+def test_the_tuned_mtp_profile_plans_the_bf16_draft_sglang_builds_under_modelopt_fp4() -> None:
+    profiles = __import__("yaml").safe_load((ROOT / "inventory/proxmox/group_vars/sglang_servers/profiles.yml").read_text())
+    tuned = profiles["sglang_server_profiles"]["tuned-mtp"]
     assert tuned["kv-cache-dtype"] == "bfloat16" and tuned["speculative-algorithm"] == "EAGLE"
     plan = _box_plan("auto", {k: v for k, v in tuned.items() if k != "mem-fraction-static"})
     assert "kv_conversion" not in plan.breakdown_mib and "speculative_draft" in plan.breakdown_mib
     assert plan.inputs["kv_bytes_per_token"] == int(100_152 * (1 + 1 / 78))  # bf16 plain + the nextn layer's pool
-    # The draft's graphs (the H200's MLA ratio on the seed's graph term) and its weights move the fraction.
+    # The draft's graphs (the H200's MLA ratio on the seed's graph term) move the fraction.
     assert plan.breakdown_mib["speculative_draft"] == pytest.approx((planner.GLM5_MTP_GRAPH_RATIO_MLA - 1) * 29 * 64, abs=1)
-    assert plan.inputs["effective_draft_weights_gib_per_gpu"] == pytest.approx(1.36, abs=0.01)
+    # Its weights: layer 78 in BF16 (deepseek_nextn.py drops the quant config under modelopt_fp4), 19.9 GB, of
+    # which 205 MB replicated and the rest split 8 ways = 2.485 GiB, + its own embedding and head (0.443 GiB)
+    # - not the target's NVFP4 bytes per layer (1.36 GiB in all, the estimate before 2026-12-05).
+    assert plan.inputs["effective_draft_weights_gib_per_gpu"] == pytest.approx(2.928, abs=0.001)
     assert plan.recommended_mem_fraction_static == 0.84
     # 64 of the bench's requests (1,024 in + 512 out) fit with room to spare.
     assert plan.kv_tokens is not None and plan.kv_tokens > 1.5 * 64 * (1024 + 512)

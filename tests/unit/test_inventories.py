@@ -71,16 +71,26 @@ def test_a_flag_the_router_does_not_know_fails_validate_before_any_host(tmp_path
     assert "router-01" in out and "no-such-router-flag" in out and "sglang_router_extra_flags" in out, out
 
 
-def test_the_tuned_profile_validates_with_the_lanes_parser(tmp_path: Path):
-    """inventory/proxmox with sglang_server_profile: tuned (BF16 KV, MTP, the planner's fraction): sglang
-    0.5.10.post1's own parser accepts the launch, and an unknown profile name is refused naming the fix."""
+def test_the_tuned_profiles_validate_with_the_lanes_parser(tmp_path: Path):
+    """inventory/proxmox with sglang_server_profile: tuned (BF16 KV, the planner's fraction): sglang 0.5.10.post1's
+    own parser accepts the launch; tuned-mtp is refused before the parser on the default checkpoint, which ships
+    no draft layer, and accepted on the restored one; an unknown profile name is refused naming the fix."""
     inventory = tmp_path / "inventory"
     shutil.copytree(ROOT / "inventory" / "proxmox", inventory)
     (inventory / "host_vars").mkdir()
-    (inventory / "host_vars" / "glm5-01.yml").write_text("sglang_server_profile: tuned\n")
+    host_vars = inventory / "host_vars" / "glm5-01.yml"
+    host_vars.write_text("sglang_server_profile: tuned\n")
     done = _validate(inventory)
     assert done.returncode == 0, done.stdout + done.stderr
-    (inventory / "host_vars" / "glm5-01.yml").write_text("sglang_server_profile: tunned\n")
+    host_vars.write_text("sglang_server_profile: tuned-mtp\n")
+    done = _validate(inventory)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0 and "host glm5-01: sglang_server_profile 'tuned-mtp' drafts with" in out, out
+    assert "lukealonso/GLM-5-NVFP4 (known checkpoint" in out and "draft layer 78" in out, out
+    host_vars.write_text("sglang_server_profile: tuned-mtp\nhf_model_repo: festr2/GLM-5-NVFP4-MTP\n")
+    done = _validate(inventory)
+    assert done.returncode == 0, done.stdout + done.stderr
+    host_vars.write_text("sglang_server_profile: tunned\n")
     done = _validate(inventory)
     out = done.stdout + done.stderr
     assert done.returncode != 0 and "host glm5-01" in out and "'tunned' is not one of sglang_server_profiles" in out, out

@@ -177,7 +177,7 @@ def test_a_profile_is_merged_between_the_flags_and_the_override(profile):
     # seed-004 is the flags as they are; "" too.
     assert merged_profile(flags, "seed-004", profiles["sglang_server_profiles"]) == flags
     assert merged_profile(flags, "", profiles["sglang_server_profiles"]) == flags
-    tuned = config(flags, profile="tuned", profiles=profiles["sglang_server_profiles"], flags_override={"port": 9000})
+    tuned = config(flags, profile="tuned-mtp", profiles=profiles["sglang_server_profiles"], flags_override={"port": 9000})
     assert tuned.flag("kv-cache-dtype").value == "bfloat16" and tuned.flag("speculative-algorithm").value == "EAGLE"
     assert tuned.flag("mem-fraction-static").value == "auto" and tuned.flag("port").value == "9000"
     assert tuned.flag("nsa-decode-backend").value == "trtllm"  # what the profile does not change stays

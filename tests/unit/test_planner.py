@@ -154,6 +154,18 @@ def test_calls_the_fractions_the_seeds_ran_safe(fraction: float, max_running_req
     assert result.safe is True and result.headroom_mib is not None and result.headroom_mib >= 0
 
 
+def test_safe_and_unsafe_meet_exactly_where_the_outside_terms_fill_what_the_fraction_leaves() -> None:
+    """The verdict's threshold on both sides, 0.1 MiB apart: the seed's 0.92 launch with the allocator slack
+    (the one free term) set so that the terms outside the pool need exactly what 0.92 leaves, then 0.1 MiB more."""
+    at_092 = seed_plan(0.92)
+    assert at_092.available_mib is not None
+    exact = planner.ALLOCATOR_SLACK_MIB + (at_092.available_mib - at_092.required_mib)
+    fits = seed_plan(0.92, allocator_slack_mib=exact)
+    assert fits.required_mib == fits.available_mib and fits.headroom_mib == 0 and fits.safe is True
+    over = seed_plan(0.92, allocator_slack_mib=exact + 0.1)
+    assert over.headroom_mib == -0.1 and over.safe is False and over.reasons[0].startswith("UNSAFE: 0.92 leaves 0 MiB too little")
+
+
 def test_recommends_a_fraction_in_the_proven_range_above_sglangs_default() -> None:
     result = seed_plan(None)
     recommended = result.recommended_mem_fraction_static
@@ -374,7 +386,7 @@ def test_plan_reads_a_real_inventory_through_ansible_inventory(tmp_path: Path) -
         """
     ))
     args = plan_command_args("-i", str(inventory))
-    inputs, notes = plan_command.build_inputs(args)
+    inputs, notes, _verdict = plan_command.build_inputs(args)
     assert inputs.mem_fraction_static == 0.92  # the override wins, as in the unit
     assert (inputs.tp_size, inputs.max_running_requests, inputs.gpu_memory_mib) == (8, 8, 97887)
     assert notes[0].startswith("launch flags of gpu-01")
@@ -491,7 +503,7 @@ def test_plan_takes_gpu_memory_and_sm_from_gpu_facts(tmp_path: Path) -> None:
     ]}))
     args = plan_command_args("--gpu-facts", str(facts), "--tp-size", "8",
                              "--model-config", str(MODELS / "glm-5" / "config.json"))
-    inputs, notes = plan_command.build_inputs(args)  # type: ignore[arg-type]
+    inputs, notes, _verdict = plan_command.build_inputs(args)  # type: ignore[arg-type]
     assert (inputs.gpu_memory_mib, inputs.gpu_memory_used_mib) == (97887.0, 2.0)
     assert inputs.kv_bytes_per_token == 55_224 and inputs.page_size == 64  # SM 12 -> fp8
     assert notes[0] == "GPU facts: 8 GPUs, smallest 97887 MiB"

@@ -121,7 +121,7 @@ def test_the_result_holds_no_secret() -> None:
 
 
 def test_the_tuned_profile_resolves_auto_to_the_planners_fraction_in_place() -> None:
-    result = resolve(profile="tuned")
+    result = resolve(profile="tuned-mtp")
     flags = result["flags"]
     assert flags["kv-cache-dtype"] == "bfloat16" and flags["speculative-algorithm"] == "EAGLE"
     fraction = float(flags["mem-fraction-static"])
@@ -143,7 +143,7 @@ def test_auto_without_a_gpu_size_is_pending_not_guessed() -> None:
     ]
     # with the host's GPUs it is final
     done = resolve(profile="tuned", memory_plan=plan, gpu_facts=facts("rtx-pro-6000-8gpu-passthrough"))
-    assert done["pending"] == [] and 0.5 < float(done["flags"]["mem-fraction-static"]) < 0.92
+    assert done["pending"] == [] and 0.5 < float(done["flags"]["mem-fraction-static"]) <= 0.92
 
 
 def test_an_unsafe_fraction_is_refused_naming_host_variable_and_fix_unless_allowed() -> None:

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from sglang_deploy import architectures, inputfiles, planner, runner, server
+from sglang_deploy_host import checkpoint as inspector
+from sglang_deploy import architectures, checkpoints, inputfiles, planner, runner, server
 from sglang_deploy.lanes import DEFAULT_LANE, LaneError, load_lane
 from sglang_deploy.launch import LaunchConfig, LaunchConfigError
 
@@ -48,6 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     src.add_argument("--lane", help=f"whose sglang's rules apply (default: the host's sglang_common_lane, else {DEFAULT_LANE})")
     src.add_argument("--hf-quant-config", help="hf_quant_config.json (default: beside config.json)")
     src.add_argument("--safetensors-index", help="model.safetensors.index.json (weights per GPU)")
+    src.add_argument(
+        "--checkpoint", metavar="DIR",
+        help="a local checkpoint: its headers give the MTP draft's real bytes, and a launch it cannot serve "
+        "(a speculative launch without its draft layer, shared-expert fusion across dtypes) is refused; its "
+        "config.json stands in for --model-config when neither that nor an architecture is given",
+    )  # fmt: skip
     gpu = p.add_argument_group("GPU and model")
     gpu.add_argument("--gpu-memory-mib", type=float, help="nvidia-smi memory.total of one GPU")
     gpu.add_argument("--gpu-memory-used-mib", type=float, help="memory already in use on a GPU")
@@ -81,12 +89,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def cmd_plan(args: argparse.Namespace) -> int:
     try:
-        inputs, notes = build_inputs(args)
+        inputs, notes, verdict = build_inputs(args)
         result = planner.plan(inputs)
     except (planner.PlanError, LaunchConfigError, LaneError) as err:
-        _err.print(f"[red]plan: {err}[/]")
+        _err.print(f"[red]plan: {escape(str(err))}[/]")
         return 2
     result_dict = {**result.to_dict(), "notes": notes}
+    if verdict is not None:
+        result_dict["checkpoint"] = _checkpoint_summary(verdict)
     if args.json:
         print(json.dumps(result_dict, indent=2))
     else:
@@ -95,8 +105,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 1 if result.safe is False or result.recommended_mem_fraction_static is None else 0
 
 
-def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str]]:
-    """Merge inventory, GPU facts, model files and flags into :class:`planner.PlanInputs`."""
+def build_inputs(
+    args: argparse.Namespace,
+) -> tuple[planner.PlanInputs, list[str], checkpoints.Verdict | None]:
+    """Merge inventory, GPU facts, model files and flags into :class:`planner.PlanInputs`; with
+    ``--checkpoint``, its verdict (a launch it cannot serve is a PlanError)."""
     notes: list[str] = []
     values: dict[str, Any] = {}
     launch_flags: dict[str, Any] = {}
@@ -143,6 +156,9 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
         values["speculative_algorithm"] = args.speculative_algorithm
     if args.tp_size is not None:
         launch_flags["tp-size"] = args.tp_size
+    verdict = _inspect(args.checkpoint) if args.checkpoint else None
+    if verdict is not None and not args.model_config and not architecture:
+        args.model_config = str(Path(args.checkpoint) / inspector.CONFIG_NAME)
     config = None
     if args.model_config:
         config = _read_json(args.model_config, "--model-config")
@@ -172,6 +188,18 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
         if value is not None:
             values[name] = tuple(value) if isinstance(value, list) else value
     tp = int(values.get("tp_size", 1))
+    if verdict is not None:
+        launch = LaunchConfig.from_vars(launch_flags, python="python3")
+        refused = checkpoints.problems(launch, verdict, where="this launch")
+        if refused:
+            raise planner.PlanError("; ".join(refused))
+        draft = checkpoints.draft_memory(verdict, tp) if checkpoints.self_drafting(launch) else {}
+        values.update(draft)
+        notes.append(
+            f"checkpoint {args.checkpoint}: {verdict.detail}; speculative decoding: {verdict.speculative}"
+            + (f"; the draft loads {draft['draft_weights_gib_per_gpu']:.3f} GiB per GPU at TP {tp} (its headers' bytes, "
+               f"its own embedding and head {draft['draft_embedding_gib_per_gpu']:.3f} of them)" if draft else "")
+        )  # fmt: skip
     if args.safetensors_index and args.weights_gib_per_gpu is None:
         index = _read_json(args.safetensors_index, "--safetensors-index")
         values["weights_gib_per_gpu"] = round(planner.weights_gib_from_index(index, tp), 3)
@@ -191,7 +219,25 @@ def build_inputs(args: argparse.Namespace) -> tuple[planner.PlanInputs, list[str
             "kv_tokens not computed: give --weights-gib-per-gpu (or --safetensors-index) and "
             "--kv-bytes-per-token (or --model-config / --architecture)"
         )
-    return planner.PlanInputs(**values), notes
+    return planner.PlanInputs(**values), notes, verdict
+
+
+def _inspect(path: str) -> checkpoints.Verdict:
+    try:
+        return checkpoints.from_inspection(inspector.inspect(path))
+    except inspector.CheckpointError as err:
+        raise planner.PlanError(f"--checkpoint {path}: {err}") from None
+
+
+def _checkpoint_summary(verdict: checkpoints.Verdict) -> dict[str, Any]:
+    """The ``checkpoint`` object of ``plan --json``: the inspection's verdicts, without its tensor lists."""
+    found = verdict.inspection
+    assert found is not None
+    return {
+        "path": found.path, "architecture": found.architecture, "speculative": found.speculative,
+        "draft_bytes": found.draft_bytes, "draft_dtypes": found.draft_dtypes,
+        "draft_tensors_missing": len(found.draft_tensors_missing), "shared_experts_fusion": found.shared_experts_fusion,
+    }  # fmt: skip
 
 
 # A model.safetensors.index.json names every tensor: a large MoE checkpoint with per-expert quantization scales

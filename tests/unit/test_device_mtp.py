@@ -1,0 +1,75 @@
+"""The MTP evidence run's parts that run here (scripts/device/mtp-evidence.sh runs them on the GPU): the
+inventory/device device_mtp hosts render the tuned profiles' own speculative settings, and
+scripts/device/train_tiny_mtp.py writes a draft layer that the inspection - the code the role runs before
+the unit starts - reads as sglang's loader would (the smoke size, on the CPU, with the cu128 lane's
+validator venv: torch, transformers and safetensors are there)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from sglang_deploy import validator_venv
+from sglang_deploy.lanes import load_lane
+from sglang_deploy_host import checkpoint, systemd
+
+PROFILES = yaml.safe_load((ROOT / "inventory/proxmox/group_vars/sglang_servers/profiles.yml").read_text())
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("render")
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("sglang-deploy")), "render", "-i", "inventory/device", "-l", "device_mtp",
+         "--out", str(out), "--no-validate"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "SGLANG_API_KEY": "a-key-for-the-test-0123456789"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr.count("WARNING mtp-") == 3 and "is not known here" in done.stderr  # the three tuned-mtp hosts
+    return out
+
+
+def _argv(rendered: Path, host: str) -> list[str]:
+    unit = (rendered / host / "sglang.service").read_text()
+    return systemd.exec_start_argv(unit)
+
+
+def test_the_mtp_hosts_run_the_tuned_mtp_profiles_speculative_settings(rendered: Path) -> None:
+    mtp = PROFILES["sglang_server_profiles"]["tuned-mtp"]
+    for host, model in (("mtp-trained", "tiny-mtp"), ("mtp-nodraft", "tiny-mtp-nodraft"), ("mtp-specv2", "tiny-mtp")):
+        argv = _argv(rendered, host)
+        for name in ("speculative-algorithm", "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"):
+            assert argv[argv.index(f"--{name}") + 1] == str(mtp[name]), (host, name)
+        assert argv[argv.index("--kv-cache-dtype") + 1] == "bfloat16"
+        assert argv[argv.index("--model") + 1] == f"/var/lib/sglang/models/{model}"
+    off = _argv(rendered, "mtp-off")
+    assert not any(word.startswith("--speculative") for word in off) and off[off.index("--kv-cache-dtype") + 1] == "bfloat16"
+    assert "SGLANG_ENABLE_SPEC_V2=True" in (rendered / "mtp-specv2" / "sglang.service").read_text()
+    assert "SGLANG_ENABLE_SPEC_V2" not in (rendered / "mtp-trained" / "sglang.service").read_text()
+
+
+@pytest.mark.slow
+def test_the_training_script_writes_a_draft_the_inspection_reads(tmp_path: Path) -> None:
+    python = validator_venv._venv_python(validator_venv.ensure_validator_env(load_lane("cu128")))
+    done = subprocess.run(
+        [str(python), str(ROOT / "scripts/device/train_tiny_mtp.py"), str(tmp_path), "--size", "smoke", "--seconds", "15",
+         "--device", "cpu"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    # The target learns the rule, and its draft predicts its next-next token, in the BF16 files too.
+    assert report["target_next_token_accuracy_bf16_files"] > 0.9 and report["draft_top1_agreement_bf16_files"] > 0.8, report
+    with_draft = checkpoint.inspect(tmp_path / "tiny-mtp")
+    assert with_draft.speculative == "usable" and with_draft.architecture == "DeepseekV3ForCausalLM"
+    assert len(with_draft.draft_tensors_present) == report["draft_tensors"] and with_draft.draft_bytes == report["draft_bytes"]
+    without = checkpoint.inspect(tmp_path / "tiny-mtp-nodraft")
+    assert without.speculative == "missing" and without.draft_tensors_missing == with_draft.draft_tensors_present
