@@ -167,6 +167,20 @@ def test_masker_bounds_lines_without_newlines_and_keeps_other_text() -> None:
     assert secret not in out and out == blob.replace(secret, MASK)
 
 
+def test_masker_carries_a_secret_split_by_a_chunk_in_a_line_longer_than_its_bound() -> None:
+    """A line past 64 KiB is written out before its newline; the bytes that may start a secret stay behind,
+    so a secret cut in two by the chunk that crossed the bound is still masked, wherever the cut falls."""
+    secret = KEY.encode()
+    head = b"y" * (70 * 1024)  # past the 64 KiB bound, no newline
+    for cut in range(1, len(secret)):
+        masker = Masker([secret])
+        first = masker.feed(head + secret[:cut])
+        assert first, "a line past the bound is written out before its newline"
+        rest = masker.feed(secret[cut:] + b" tail\n") + masker.flush()
+        assert secret[:cut] not in first[-len(secret):], cut  # the secret's start was held back, not written
+        assert first + rest == head + MASK + b" tail\n", cut
+
+
 @pytest.mark.parametrize("key", ["back\\slash-key-0123", "quo'te\"key-0123", "tab\tkey-0123", "ünïcode-key-0123", "sp ace%key-0123"])
 def test_a_key_that_sglang_prints_escaped_is_masked_in_every_form(standin: Path, key: str) -> None:
     """sglang logs ServerArgs as a repr (backslash, quotes, tab escaped); libraries print JSON or URLs.

@@ -98,6 +98,21 @@ def test_n_failures_in_a_row_restart_once_then_back_off_doubling_to_the_cap(tmp_
     assert [wd.backoff_s(ticks.cfg, n) for n in (1, 2, 3, 4, 5)] == [300, 600, 1000, 1000, 1000]
 
 
+@pytest.mark.parametrize("restarts", [1, 2, 3, 4])
+def test_the_back_off_holds_a_restart_until_the_second_it_ends_and_no_longer(tmp_path: Path, restarts: int) -> None:
+    """Both sides of the back-off, one second apart, on the injected clock: failures that complete 1 s before
+    the pause ends are held; at its end they restart. And one failure fewer than the threshold never restarts."""
+    cfg = config(tmp_path, failures=2)
+    wait = wd.backoff_s(cfg, restarts)
+    for since, restarted in ((wait - 1, False), (wait, True)):
+        state = wd.State(restarts=restarts, last_restart=1_000_000.0 - since, failures=1, generated_invocation="inv-1")
+        decision = wd.decide(cfg, state, seen(HUNG), 1_000_000.0, 50_000.0)
+        assert decision.restart is restarted, (restarts, since)
+        assert words(decision) == (["RESTART"] if restarted else ["RESTART HELD"])
+    fewer = wd.decide(cfg, wd.State(failures=0, generated_invocation="inv-1"), seen(HUNG), 1_000_000.0, 50_000.0)
+    assert not fewer.restart and words(fewer) == ["CHECK FAILED"] and fewer.state.failures == 1
+
+
 def test_a_server_that_has_not_generated_since_its_start_gets_its_grace(tmp_path: Path) -> None:
     ticks = Ticks(config(tmp_path, start_grace_s=600.0), mono=0.0)
     loading = wd.UnitState("active", "running", "inv-9", active_since=0.0)
