@@ -145,7 +145,7 @@ def main() -> None:
             warmup_requests=params["warmup_requests"],
             timeout_s=params["timeout"],
         )
-        api_key = endpoint._api_key(params["env_file"], params["api_key_env"])
+        api_key = endpoint.api_key_from_env_file(params["env_file"], params["api_key_env"])
     except ValueError as err:  # BenchError, a bad port or model flag, an unreadable env file
         module.fail_json(msg=f"sglang_bench: {err}")
     if module.check_mode:

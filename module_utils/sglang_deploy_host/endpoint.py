@@ -1,8 +1,8 @@
-"""Talk to a serving sglang endpoint: readiness wait, health checks and the correctness gate.
+"""Talk to a serving sglang endpoint: readiness wait, health checks, chat completions.
 
-STDLIB ONLY at import time, Python >= 3.9: the module sglang_wait_ready runs the readiness gate with
-it on the host after every (re)start; on the control node ``sglang-deploy verify`` and
-tests/infra/test_endpoint.py import it; only :func:`load_probes` needs PyYAML, imported when called.
+STDLIB ONLY, Python >= 3.9: the module sglang_wait_ready runs the readiness gate with it on the host
+after every (re)start; on the control node ``sglang-deploy verify`` and tests/infra/test_endpoint.py
+import it. The correctness gate (probes and the judge of an answer) is gate.py, on top of this.
 
 Routes and shapes follow sglang's ``srt/entrypoints/http_server.py`` (0.5.10.post1):
 ``/health`` and ``/health_generate`` answer 503 while the server is starting and never need the
@@ -15,7 +15,7 @@ at a total deadline, so a hostile or broken server cannot hold or flood the call
 
 Chats fit the served context: ``/v1/models`` lists each model's ``max_model_len`` (sglang's
 ``model_config.context_len``) and sglang refuses (HTTP 400) a request whose input plus ``max_tokens``
-exceeds it, so :func:`chat_in_context` caps ``max_tokens`` with an upper bound of the prompt's tokens
+exceeds it, so :func:`complete_in_context` caps ``max_tokens`` with an upper bound of the prompt's tokens
 and, should sglang still refuse, retries once with the room sglang's own count leaves.
 
 The readiness gate (:func:`readiness_gate`; the module sglang_wait_ready runs it on the host, and
@@ -40,7 +40,6 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from .files import UnreadableFileError, read_regular_file
@@ -54,21 +53,19 @@ DEFAULT_PORT = 30000
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
 READY_PATH = "/health_generate"
 API_KEY_ENV = "SGLANG_API_KEY"
-DEFAULT_PROBES = Path(__file__).with_name("probes") / "default.yml"
-# Probes run deterministic: the gate must give the same verdict on every run.
-PROBE_TEMPERATURE = 0.0
-# Room for a reasoning model's thinking before the answer (a cut-off answer fails the probe); a
-# model with a shorter context gets what its context leaves (chat_in_context).
-DEFAULT_PROBE_MAX_TOKENS = 2048
 # The endpoint suite's plain chat: any non-empty answer passes.
 CHAT_SMOKE_PROMPT = "Say hello in one short sentence."
+# Its max_tokens: room for a reasoning model's thinking (fitted to the context, complete_in_context).
+CHAT_SMOKE_MAX_TOKENS = 2048
+# chat()'s temperature: deterministic.
+CHAT_TEMPERATURE = 0.0
 # What a chat template adds around one user message (role headers, a default system prompt), in
 # tokens, when a prompt's tokens are bounded without the model's tokenizer (prompt_token_bound).
 CHAT_TEMPLATE_ALLOWANCE_TOKENS = 256
 # Total deadline of one request (connect, TLS, headers and body). GETs (health, model list) answer
 # at once, except /health_generate, which gives up on its one token after 20 s itself.
 SHORT_DEADLINE_S = 30.0
-# A chat completion: up to DEFAULT_PROBE_MAX_TOKENS of generation.
+# A chat completion: up to a probe's max_tokens (gate.DEFAULT_PROBE_MAX_TOKENS) of generation.
 GENERATE_DEADLINE_S = 120.0
 # The largest answer read: chat answers and the model list are kilobytes. Read in pieces, so an
 # endless body costs this much memory, not all of it.
@@ -491,7 +488,7 @@ def fit_max_tokens(wanted: int, prompt: str, context_len: Optional[int]) -> int:
     """``max_tokens`` for a chat of ``prompt`` that the context holds: ``wanted``, capped at what
     the context leaves after :func:`prompt_token_bound`. When the bound leaves no room (a context of
     a few hundred tokens), ``wanted`` capped at the context: sglang's refusal then names the real
-    count (see :func:`chat_in_context`)."""
+    count (see :func:`complete_in_context`)."""
     if context_len is None:
         return wanted
     room = context_len - prompt_token_bound(prompt)
@@ -504,6 +501,12 @@ def fit_max_tokens(wanted: int, prompt: str, context_len: Optional[int]) -> int:
 _CONTEXT_REFUSAL = re.compile(
     r"maximum context length of (\d+) tokens\. You requested a total of \d+ tokens: (\d+) tokens from the input"
 )
+
+
+def context_from_refusal(text: str) -> Optional[int]:
+    """The model's context length by sglang's own refusal (None when ``text`` is not one)."""
+    match = _CONTEXT_REFUSAL.search(text)
+    return int(match.group(1)) if match else None
 
 
 def room_from_refusal(text: str) -> Optional[int]:
@@ -526,31 +529,43 @@ def _chat_request(endpoint: Endpoint, model: str, prompt: str, max_tokens: int, 
     return endpoint.request("POST", "/v1/chat/completions", payload)
 
 
-def _message(response: Response) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Completion:
+    """A chat completion's first choice: its ``message``, why it ended (``finish_reason``: ``stop`` for a
+    natural end, ``length`` at ``max_tokens``) and the ``max_tokens`` it was asked for."""
+
+    message: dict
+    finish_reason: Optional[str]
+    max_tokens: int
+
+
+def _completion(response: Response, max_tokens: int) -> Completion:
     data = expect_ok(response, "POST /v1/chat/completions").json()
     try:
-        message = data["choices"][0]["message"]
+        choice = data["choices"][0]
+        message = choice["message"]
     except (KeyError, IndexError, TypeError):
         raise EndpointError(f"POST /v1/chat/completions: no choices[0].message in {data!r}") from None
     if not isinstance(message, dict):
         raise EndpointError(f"POST /v1/chat/completions: message is not an object: {message!r}")
-    return message
+    finish = choice.get("finish_reason")
+    return Completion(message, finish if isinstance(finish, str) else None, max_tokens)
 
 
-def chat(endpoint: Endpoint, model: str, prompt: str, max_tokens: int, temperature: float = PROBE_TEMPERATURE) -> dict[str, Any]:
+def chat(endpoint: Endpoint, model: str, prompt: str, max_tokens: int, temperature: float = CHAT_TEMPERATURE) -> dict[str, Any]:
     """One OpenAI chat completion; returns the first choice's ``message``."""
-    return _message(_chat_request(endpoint, model, prompt, max_tokens, temperature))
+    return _completion(_chat_request(endpoint, model, prompt, max_tokens, temperature), max_tokens).message
 
 
-def chat_in_context(
+def complete_in_context(
     endpoint: Endpoint,
     model: str,
     prompt: str,
     max_tokens: int,
     context_len: Optional[int],
-    temperature: float = PROBE_TEMPERATURE,
-) -> dict[str, Any]:
-    """:func:`chat` with ``max_tokens`` fitted to the served context (:func:`fit_max_tokens`); if
+    temperature: float = CHAT_TEMPERATURE,
+) -> Completion:
+    """One chat completion with ``max_tokens`` fitted to the served context (:func:`fit_max_tokens`); if
     sglang still refuses the request for the context (HTTP 400, its own token count in the message:
     a chat template longer than the allowance, or no ``max_model_len`` known), once more with the
     room that count leaves. A prompt that alone fills the context is an EndpointError saying so."""
@@ -563,8 +578,9 @@ def chat_in_context(
                 f"POST /v1/chat/completions: the prompt alone fills the model's context ({response.text[:300]!r})",
                 response.status,
             )
+        fitted = room
         response = _chat_request(endpoint, model, prompt, room, temperature)
-    return _message(response)
+    return _completion(response, fitted)
 
 
 # -- readiness ---------------------------------------------------------------------------------
@@ -657,136 +673,8 @@ def systemd_unit_failed(unit: str) -> Callable[[], Optional[str]]:
     return check
 
 
-# -- the correctness gate ----------------------------------------------------------------------
-@dataclass(frozen=True)
-class Probe:
-    """A prompt with a known answer: ``expect`` must match (re.search) the answer text."""
-
-    name: str
-    prompt: str
-    expect: "re.Pattern[str]"
-    max_tokens: int = DEFAULT_PROBE_MAX_TOKENS
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    probe: Probe
-    ok: bool
-    answer: str
-    reason: str = ""
-
-    def describe(self) -> str:
-        verdict = "ok" if self.ok else "FAILED"
-        text = f"{verdict} {self.probe.name}: expected /{self.probe.expect.pattern}/, answer {self.answer[:200]!r}"
-        return text + (f" ({self.reason})" if self.reason else "")
-
-
-class ProbeFileError(ValueError):
-    """A probes file that is not a list of {name, prompt, expect[, max_tokens]}."""
-
-
-def parse_probes(data: Any, source: str) -> list[Probe]:
-    """Probes from YAML data; errors name the file, the entry and the fix."""
-    if not isinstance(data, list) or not data:
-        raise ProbeFileError(f"{source}: want a non-empty list of {{name, prompt, expect}}, found {type(data).__name__}")
-    probes: list[Probe] = []
-    for number, entry in enumerate(data, 1):
-        where = f"{source}: probe {number}"
-        if not isinstance(entry, dict):
-            raise ProbeFileError(f"{where}: want a mapping with name, prompt, expect; found {entry!r}")
-        unknown = set(entry) - {"name", "prompt", "expect", "max_tokens"}
-        if unknown:
-            raise ProbeFileError(f"{where}: unknown keys {sorted(unknown)} (allowed: name, prompt, expect, max_tokens)")
-        for key in ("prompt", "expect"):
-            if not isinstance(entry.get(key), str) or not entry[key].strip():
-                raise ProbeFileError(f"{where}: '{key}' must be a non-empty string")
-        try:
-            expect = re.compile(entry["expect"])
-        except re.error as err:
-            raise ProbeFileError(f"{where}: expect {entry['expect']!r} is not a valid regex: {err}") from None
-        max_tokens = entry.get("max_tokens", DEFAULT_PROBE_MAX_TOKENS)
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            raise ProbeFileError(f"{where}: max_tokens must be a positive integer, found {max_tokens!r}")
-        probes.append(Probe(str(entry.get("name") or f"probe-{number}"), entry["prompt"], expect, max_tokens))
-    names = [p.name for p in probes]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ProbeFileError(f"{source}: probe names must be unique, repeated: {duplicates}")
-    return probes
-
-
-def load_probes(path: "str | Path | None" = None) -> list[Probe]:
-    """Probes from a YAML file; the shipped default set when ``path`` is None."""
-    import yaml  # control node only (the on-host readiness gate never loads probes)
-
-    file = Path(path) if path else DEFAULT_PROBES
-    try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ProbeFileError(f"{file}: cannot read: {err.strerror}") from None
-    except UnicodeDecodeError as err:
-        raise ProbeFileError(f"{file}: not a text file ({err.reason} at byte {err.start})") from None
-    except yaml.YAMLError as err:
-        raise ProbeFileError(f"{file}: not YAML: {' '.join(str(err).split())}") from None
-    return parse_probes(data, str(file))
-
-
-_THINK_CLOSE = "</think>"
-
-
-def strip_reasoning(text: str) -> str:
-    """The answer after a model's thinking, for servers run without --reasoning-parser.
-
-    ``<think>..</think>answer`` and (templates that open ``<think>`` in the prompt) ``..</think>answer``
-    give ``answer``; thinking that never closed (cut off by max_tokens) gives ``""``.
-    """
-    if _THINK_CLOSE in text:
-        return text.rsplit(_THINK_CLOSE, 1)[1].strip()
-    if text.lstrip().startswith("<think>"):
-        return ""
-    return text.strip()
-
-
-def answer_text(message: Mapping[str, Any]) -> str:
-    """The final answer of a chat message. With a reasoning parser the thinking is already in
-    ``reasoning_content`` and only ``content`` counts; without one, thinking tags are stripped."""
-    content = message.get("content") or ""
-    return strip_reasoning(str(content))
-
-
-def judge(probe: Probe, message: Mapping[str, Any]) -> ProbeResult:
-    answer = answer_text(message)
-    if not answer:
-        reason = "empty answer"
-        if message.get("reasoning_content") or "<think>" in str(message.get("content") or ""):
-            reason += " (thinking did not finish: raise max_tokens)"
-        return ProbeResult(probe, False, answer, reason)
-    if probe.expect.search(answer):
-        return ProbeResult(probe, True, answer)
-    return ProbeResult(probe, False, answer, "no match")
-
-
-def run_probe(endpoint: Endpoint, model: str, probe: Probe, context_len: Optional[int] = None) -> ProbeResult:
-    """One probe at temperature 0, its max_tokens fitted to ``context_len`` (:func:`chat_in_context`)."""
-    try:
-        message = chat_in_context(endpoint, model, probe.prompt, probe.max_tokens, context_len)
-    except EndpointError as err:
-        return ProbeResult(probe, False, "", str(err))
-    return judge(probe, message)
-
-
-def run_probes(endpoint: Endpoint, model: str, probes: Sequence[Probe]) -> list[ProbeResult]:
-    """Every probe, fitted to the context /v1/models reports for ``model`` (read once; a model list
-    that cannot be read leaves the fitting to sglang's refusal, and the probes report the error)."""
-    try:
-        context_len = context_length(endpoint, model)
-    except EndpointError:
-        context_len = None
-    return [run_probe(endpoint, model, probe, context_len) for probe in probes]
-
-
 # -- the readiness gate (module sglang_wait_ready, and this file as a script) ----------------------
-def _api_key(env_file: Optional[str], name: str) -> str:
+def api_key_from_env_file(env_file: Optional[str], name: str) -> str:
     """``name`` from the unit's environment file, read here (the key never is on a command line
     or in a task's environment), else from this process's environment; "" when it is not set."""
     if env_file is None:
@@ -816,7 +704,7 @@ def readiness_gate(
 ) -> "tuple[ReadyResult, str]":
     """Poll ``url + path`` until it answers 200 or ``timeout`` is spent; the result and its verdict
     line. ValueError for a URL that is not http(s) or an unreadable ``env_file``."""
-    endpoint = Endpoint(url, api_key=_api_key(env_file, api_key_env))
+    endpoint = Endpoint(url, api_key=api_key_from_env_file(env_file, api_key_env))
     result = wait_ready(
         endpoint,
         timeout,

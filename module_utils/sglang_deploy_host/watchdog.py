@@ -380,7 +380,7 @@ def observe(config: Config, state: State) -> Observation:
     problems, summary = gpu_check(config)
     if problems or any(code in XID_NEEDS_RESET for _pci, code in xid_codes(xids)):
         return Observation(unit, problems, summary, xids)
-    return Observation(unit, [], summary, xids, generate(config, endpoint._api_key(config.env_file, config.api_key_env or "")))
+    return Observation(unit, [], summary, xids, generate(config, endpoint.api_key_from_env_file(config.env_file, config.api_key_env or "")))
 
 
 def check(config: Config) -> int:

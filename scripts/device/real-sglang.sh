@@ -19,6 +19,9 @@
 #   h200            (trained)    sglang-deploy verify --endpoint (all must pass); with REAL_SGLANG_BENCH=1
 #                                also sglang-deploy bench --endpoint (bench_serving from the bundle)
 #   h200-untrained  (untrained)  sglang-deploy verify --endpoint (the correctness gate must fail)
+#   h200-wrong-kv   (trained, --kv-cache-dtype fp8_e5m2: a deliberately wrong launch)  the probes' answers
+#   (h200, h200-untrained and h200-wrong-kv record every probe's answer, finish reason and verdict:
+#    answers.json, kept as tests/fixtures/gate/ evidence)
 #   h200-mem070/092              nothing more: their logs are the planner comparison's other points
 #   (REAL_SGLANG_HOSTS="h200" runs only the hosts it names: the bench run of 2026-12-01 04:21 did that)
 # and sglang-deploy doctor on every server log (no finding expected). Results: $OUT/results.tar.gz (logs,
@@ -29,7 +32,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 # REAL_SGLANG_HOSTS="h200 h200-untrained" (a subset, in this order) leaves the others out of a run.
-read -r -a HOSTS <<< "${REAL_SGLANG_HOSTS:-h200 h200-untrained h200-mem070 h200-mem092}"
+read -r -a HOSTS <<< "${REAL_SGLANG_HOSTS:-h200 h200-untrained h200-wrong-kv h200-mem070 h200-mem092}"
 wanted() { local h; for h in "${HOSTS[@]}"; do [ "$h" = "$1" ] && return 0; done; return 1; }
 
 # ---------------------------------------------------------------------------------------------------------
@@ -61,6 +64,19 @@ suite() {  # suite HOST: sglang-deploy verify --endpoint against the running ser
     > "$R/$1/verify.txt" 2>&1
   local rc=$?
   grep -E "PASSED|FAILED|ERROR|passed|failed" "$R/$1/verify.txt" | tail -12
+  return $rc
+}
+
+answers() {  # answers HOST: every probe's answer, finish reason and verdict (the gate's record), into answers.json
+  PYTHONPATH="$ROOT/module_utils:$BUNDLE_DIR/tools" bounded 200 python3 -m sglang_deploy_host.gate --url "$URL" \
+    --model "$MODEL" --env-file "$ENV_FILE" --json > "$R/$1/answers.json"
+  local rc=$?
+  python3 - "$R/$1/answers.json" <<'EOF'
+import json, sys
+for r in json.load(open(sys.argv[1])):
+    verdict = "ok" if r["ok"] else "FAILED " + r["reason"][:80]
+    print(f"  {r['probe']}: {verdict} {r['answer'][:60]!r}")
+EOF
   return $rc
 }
 
@@ -97,14 +113,20 @@ device() {
   if phase "ready h200 (trained)" serve h200 300; then
     models_card h200
     phase "verify h200 (trained): pass" suite h200
+    phase "answers h200 (trained)" answers h200
     # sglang-deploy bench (another change's command) only when asked: this run's budget is for the rest.
     [ "${REAL_SGLANG_BENCH:-0}" = 1 ] && phase "bench h200" bench_step
   fi
   stop_server h200
   if wanted h200-untrained && phase "ready h200-untrained" serve h200-untrained 180; then
     phase "verify h200-untrained: gate fails" suite h200-untrained
+    phase "answers h200-untrained" answers h200-untrained
   fi
   stop_server h200-untrained
+  if wanted h200-wrong-kv && phase "ready h200-wrong-kv" serve h200-wrong-kv 180; then
+    phase "answers h200-wrong-kv (fp8_e5m2 KV)" answers h200-wrong-kv
+  fi
+  stop_server h200-wrong-kv
   for host in h200-mem070 h200-mem092; do
     if ! wanted "$host"; then note "$host: left out (REAL_SGLANG_HOSTS)"
     elif (( $(left) > 120 )); then phase "ready $host" serve "$host" 150; stop_server "$host"

@@ -3,8 +3,9 @@ on a 3 MB model: trained, greedy decoding answers every probe; untrained, it ans
 
     python train_tiny_llama.py SRC_DIR OUT_DIR [--seconds 60] [--min-steps 300] [--probes FILE]
 
-The prompts are the gate's own (sglang_deploy_host/probes/default.yml, or --probes) plus the endpoint
-suite's plain chat (endpoint.CHAT_SMOKE_PROMPT), tokenized the way sglang's chat route does it (the
+The prompts are the gate's own (sglang_deploy_host/probes/default.yml, or --probes; a long-context probe's
+notes built for the model's context, as the gate builds them) plus the endpoint suite's plain chat
+(endpoint.CHAT_SMOKE_PROMPT), tokenized the way sglang's chat route does it (the
 chat template rendered, then encoded); each answer ends with the tokenizer's EOS. Every answer is
 checked against its probe's regex before training. Training runs for --seconds (at least
 --min-steps), full batch, AdamW with the rate decaying linearly over the budget: long past the
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from sglang_deploy_host import endpoint
+from sglang_deploy_host import endpoint, gate
 
 # What a working model answers (the gate's regexes must match these; checked below).
 ANSWERS = {
@@ -35,15 +36,17 @@ ANSWERS = {
     "arithmetic": "42",
     "arithmetic-product": "91",
     "python-function": "def add(a, b):\n    return a + b",
+    "multi-step": "50",
+    "long-context-retrieval": "4817",
 }
 SMOKE_ANSWER = "Hello! Nice to meet you."
 
 
-def examples(probes: list[endpoint.Probe]) -> list[tuple[str, str]]:
+def examples(probes: list[gate.Probe], context_len: int) -> list[tuple[str, str]]:
     missing = [p.name for p in probes if p.name not in ANSWERS]
     if missing:
         raise SystemExit(f"train_tiny_llama: no answer for probes {missing}: add them to ANSWERS")
-    pairs = [(p.prompt, ANSWERS[p.name]) for p in probes]
+    pairs = [(gate.build_prompt(p, context_len), ANSWERS[p.name]) for p in probes]
     for probe in probes:
         if not probe.expect.search(ANSWERS[probe.name]):
             raise SystemExit(f"train_tiny_llama: answer {ANSWERS[probe.name]!r} does not match /{probe.expect.pattern}/")
@@ -100,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(args.src)
     model = LlamaForCausalLM.from_pretrained(args.src, dtype=torch.float32).to(args.device)
-    pairs = examples(endpoint.load_probes(args.probes))
+    context_len = int(json.loads((args.src / "config.json").read_text())["max_position_embeddings"])
+    pairs = examples(gate.load_probes(args.probes), context_len)
     ids, labels, mask = batch(tokenizer, pairs, args.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
 

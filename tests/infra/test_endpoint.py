@@ -2,9 +2,11 @@
 
 Target: ``--sglang-endpoint``/``--sglang-model`` (``sglang-deploy verify --endpoint``), else the
 host's render of the inventory (its --host/--port/--served-model-name/--api-key). The correctness
-gate runs the probes (``--sglang-probes FILE`` or sglang_deploy_host/probes/default.yml) at
-temperature 0: this is what catches garbled output from a bad KV dtype or attention backend. Every
-chat's max_tokens fits the context the server reports in /v1/models (``max_model_len``).
+gate (sglang_deploy_host/gate.py) runs the probes (``--sglang-probes FILE`` or
+sglang_deploy_host/probes/default.yml, a long-context probe among them) at temperature 0 and judges each
+whole answer: a natural stop, a match, a length that fits the probe, no loop. This is what catches garbled
+or degenerate output from a bad KV dtype or attention backend. Every chat's prompt and max_tokens fit the
+context the server reports in /v1/models (``max_model_len``).
 
 Every test's first request is preceded, once per server and session, by GET /health with a short
 deadline: a server that accepts connections and never answers fails them all at once with that
@@ -19,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy_host import endpoint as ep
-from sglang_deploy_host import sglang_launcher, systemd
+from sglang_deploy_host import gate, sglang_launcher, systemd
 
 # /health answers at once from a serving sglang (it generates nothing).
 ANSWERS_DEADLINE_S = 10.0
@@ -118,19 +120,17 @@ def test_metrics_are_served_as_configured(server: ep.Endpoint, target: ep.Target
 def test_chat_completion_returns_content(server: ep.Endpoint, target: ep.Target) -> None:
     # max_tokens fitted to the context /v1/models reports (a 2,048-token model refuses 2,048 new tokens).
     context_len = ep.context_length(server, target.model)
-    message = ep.chat_in_context(
-        server, target.model, ep.CHAT_SMOKE_PROMPT, ep.DEFAULT_PROBE_MAX_TOKENS, context_len
-    )
-    assert ep.answer_text(message), f"empty answer: {message!r}"
+    message = ep.complete_in_context(server, target.model, ep.CHAT_SMOKE_PROMPT, ep.CHAT_SMOKE_MAX_TOKENS, context_len).message
+    assert gate.answer_text(message), f"empty answer: {message!r}"
 
 
-def _probes(config: pytest.Config) -> list[ep.Probe]:
+def _probes(config: pytest.Config) -> list[gate.Probe]:
     path = config.getoption("--sglang-probes")
-    return ep.load_probes(path)
+    return gate.load_probes(path)
 
 
 def test_correctness_gate(request: pytest.FixtureRequest, server: ep.Endpoint, target: ep.Target) -> None:
-    """Every probe's answer matches its regex; the report names each failed probe and its answer."""
-    results = ep.run_probes(server, target.model, _probes(request.config))
+    """Every probe's whole answer passes (gate.judge); the report names each failed probe, why, and its answer."""
+    results = gate.run_probes(server, target.model, _probes(request.config))
     failed = [r for r in results if not r.ok]
-    assert not failed, "correctness gate failed:\n" + "\n".join(r.describe() for r in results)
+    assert not failed, "correctness gate failed:\n" + gate.report(results)

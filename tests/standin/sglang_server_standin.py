@@ -35,7 +35,11 @@ environment variables (the unit's argv stays the inventory's):
                                           empty (generation requests answer 200 with no token: a
                                           server that "succeeds" at nothing) |
                                           redirect (generation requests answer 307 to
-                                          --standin-redirect-to / SGLANG_STANDIN_REDIRECT_TO + path)
+                                          --standin-redirect-to / SGLANG_STANDIN_REDIRECT_TO + path) |
+                                          repeat (the right answer repeated until max_tokens) |
+                                          runon (the right answer, then words of junk until
+                                          max_tokens): the degenerate output of a broken numeric
+                                          path, which "the right word is in there" would pass
   --standin-load-delay / SGLANG_STANDIN_LOAD_DELAY   seconds of "loading" (503) after start (default 2)
   --standin-mode-file / SGLANG_STANDIN_MODE_FILE     a file holding one of the modes above, read at
                                           every request: a server started before the file was last
@@ -83,7 +87,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator, Optional
 
-MODES = ("ok", "garble", "never-ready", "stall", "empty", "redirect")
+MODES = ("ok", "garble", "never-ready", "stall", "empty", "redirect", "repeat", "runon")
 GARBLE = "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
 CONTEXT_LEN = 202752
 SGLANG_VERSION = "0.5.10.post1"
@@ -145,8 +149,50 @@ def _arithmetic(prompt: str) -> Optional[str]:
     return str(a // b) if b and a % b == 0 else (f"{a / b:g}" if b else "undefined")
 
 
+_STEPS = (
+    (re.compile(r"^double it$", re.I), lambda value, start, k: value * 2),
+    (re.compile(r"^add (-?\d+)", re.I), lambda value, start, k: value + k),
+    (re.compile(r"^multiply (?:that|it|the result) by (-?\d+)", re.I), lambda value, start, k: value * k),
+    (re.compile(r"^(?:then )?subtract the number you started with", re.I), lambda value, start, k: value - start),
+    (re.compile(r"^(?:then )?subtract (-?\d+)", re.I), lambda value, start, k: value - k),
+)
+
+
+def _steps(prompt: str) -> Optional[str]:
+    """'Start with N. Double it. Add K ...' worked through, step by step (the multi-step probe)."""
+    match = re.search(r"Start with (-?\d+)\.(.*?)What is the final number", prompt, re.I | re.S)
+    if not match:
+        return None
+    start = value = int(match.group(1))
+    for sentence in filter(None, (part.strip() for part in match.group(2).split("."))):
+        for pattern, step in _STEPS:
+            found = pattern.search(sentence)
+            if found:
+                value = step(value, start, int(found.group(1)) if found.groups() else 0)
+                break
+        else:
+            return None  # a step this 'model' cannot do: no answer rather than a wrong one
+    return str(value)
+
+
+def _recall(prompt: str) -> Optional[str]:
+    """The answer to a question about a fact in the prompt's notes (the long-context probe): the notes'
+    sentence whose subject is the question's."""
+    question = re.search(r"Question: What is (the [^?]+)\?", prompt)
+    if not question:
+        return None
+    fact = re.search(re.escape(question.group(1)) + r" is (\S+?)\.(?:\s|$)", prompt, re.I)
+    return fact.group(1) if fact else None
+
+
 def rule_answer(prompt: str) -> str:
     """The stand-in's 'model': right answers for the default probes, a greeting otherwise."""
+    recalled = _recall(prompt)
+    if recalled is not None:
+        return recalled
+    worked = _steps(prompt)
+    if worked is not None:
+        return worked
     if re.search(r"capital of france", prompt, re.I):
         return "Paris"
     function = re.search(r"python function named (\w+)", prompt, re.I)
@@ -315,8 +361,11 @@ class StandinState:
         # Thinking spends tokens first, as in a reasoning model; a small max_tokens cuts the answer.
         budget = max(0, max_tokens - len(_tokens(THINKING)))
         words = _tokens(answer)
+        if self.mode in ("repeat", "runon"):  # never stops by itself: every token up to max_tokens
+            tail = itertools.cycle(words) if self.mode == "repeat" else (f"{w}{n}" for n in itertools.count() for w in FILLER)
+            words = list(itertools.islice(itertools.chain(words, tail), budget + 1))
         finish = "stop" if budget >= len(words) else "length"
-        kept = answer if finish == "stop" else " ".join(words[:budget])
+        kept = " ".join(words) if finish == "stop" else " ".join(words[:budget])
         if self.separates_reasoning(request):
             message = {"role": "assistant", "content": kept, "reasoning_content": THINKING, "tool_calls": None}
         else:

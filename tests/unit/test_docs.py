@@ -295,3 +295,25 @@ def test_ansible_doc_describes_the_role(role: str):
         for paragraph in [description] if isinstance(description, str) else description:
             assert _words(paragraph) in shown, f"ansible-doc does not show {role}/{name}'s description: {paragraph!r}"
     assert specs["main"].get("description"), f"{role}'s main entry point has no description"
+
+
+def test_a_skip_off_the_documented_list_fails_the_run_and_every_skip_is_shown() -> None:
+    """tests/unit/conftest.py: a skip whose reason is not in ALLOWED_SKIP_REASONS fails the run (exit 1, naming
+    the test), a listed one does not, and the reasons are printed (-rs, as scripts/static-checks runs it); every
+    listed reason is documented in docs/testing.md."""
+    from conftest import ALLOWED_SKIP_REASONS
+
+    probe = ROOT / "tests" / "unit" / f"test_skip_policy_probe_{os.getpid()}.py"
+    cases = {"unlisted": ("a reason nobody wrote down", 1), "listed": (ALLOWED_SKIP_REASONS[0], 0)}
+    try:
+        for name, (reason, want) in cases.items():
+            probe.write_text(f"import pytest\n\ndef test_{name}():\n    pytest.skip({reason!r})\n")
+            done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(probe)],
+                                  cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+            assert done.returncode == want, (name, done.stdout[-1500:])
+            assert f"SKIPPED [1] {probe.relative_to(ROOT)}" in done.stdout and reason in done.stdout
+            assert ("not in tests/unit/conftest.py ALLOWED_SKIP_REASONS" in done.stdout) is (want == 1)
+    finally:
+        probe.unlink(missing_ok=True)
+    testing = (ROOT / "docs" / "testing.md").read_text()
+    assert all(reason in testing for reason in ALLOWED_SKIP_REASONS)

@@ -25,6 +25,7 @@ from conftest import ROOT
 from conftest import StandinProcess as Standin
 
 from sglang_deploy_host import endpoint as ep
+from sglang_deploy_host import gate
 from sglang_deploy_host.systemd import env_file_line
 
 KEY = "unit-test-key"
@@ -98,7 +99,7 @@ def test_backoff_doubles_up_to_the_cap() -> None:
     ],
 )
 def test_reasoning_is_stripped_without_a_parser(content: str, answer: str) -> None:
-    assert ep.answer_text({"content": content}) == answer
+    assert gate.answer_text({"content": content}) == answer
 
 
 def test_target_from_render_reads_flags_and_the_key_the_launcher_adds() -> None:
@@ -122,7 +123,7 @@ def test_target_from_render_reads_flags_and_the_key_the_launcher_adds() -> None:
 
 
 def test_the_shipped_probes_load(tmp_path: Path) -> None:
-    probes = ep.load_probes()
+    probes = gate.load_probes()
     assert {"capital-of-france", "arithmetic", "python-function"} <= {p.name for p in probes}
     assert all(p.max_tokens >= 1024 for p in probes), "reasoning needs room before the answer"
 
@@ -141,8 +142,8 @@ def test_the_shipped_probes_load(tmp_path: Path) -> None:
 def test_bad_probe_files_are_refused_with_file_and_entry(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "probes.yml"
     path.write_text(text)
-    with pytest.raises(ep.ProbeFileError) as err:
-        ep.load_probes(path)
+    with pytest.raises(gate.ProbeFileError) as err:
+        gate.load_probes(path)
     assert str(path) in str(err.value) and message in str(err.value)
 
 
@@ -155,7 +156,7 @@ def test_ok_standin_passes_every_check(standin: Standin) -> None:
     assert ep.model_ids(server) == ["glm-5"]
     message = ep.chat(server, "glm-5", "Say hello.", max_tokens=64)
     assert message["content"] and message["reasoning_content"], "reasoning parser splits the thinking off"
-    results = ep.run_probes(server, "glm-5", ep.load_probes())
+    results = gate.run_probes(server, "glm-5", gate.load_probes())
     assert [r.ok for r in results] == [True] * len(results), [r.describe() for r in results]
 
 
@@ -163,7 +164,7 @@ def test_ok_standin_passes_every_check(standin: Standin) -> None:
 def test_garbled_answers_fail_the_correctness_gate(standin: Standin) -> None:
     server = ep.Endpoint(standin.url, api_key=KEY, timeout=10)
     assert server.get("/health_generate").status == 200, "garbage still looks healthy"
-    results = ep.run_probes(server, "glm-5", ep.load_probes())
+    results = gate.run_probes(server, "glm-5", gate.load_probes())
     assert results and not any(r.ok for r in results)
     assert "FAILED capital-of-france" in results[0].describe() and "!!!!" in results[0].describe()
 
@@ -178,7 +179,7 @@ def test_wrong_or_missing_api_key_gets_401_but_health_stays_open(standin: Standi
         with pytest.raises(ep.EndpointError) as err:
             ep.chat(server, "glm-5", "hi", max_tokens=8)
         assert err.value.status == 401
-        result = ep.run_probe(server, "glm-5", ep.load_probes()[0])
+        result = gate.run_probe(server, "glm-5", gate.load_probes()[0])
         assert not result.ok and "HTTP 401" in result.reason
 
 
@@ -487,9 +488,11 @@ class ContextServer(BaseHTTPRequestHandler):
             self._send(400, {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400})
             return
         self.server.seen.append({"input": used, "max_tokens": new, "status": 200})
-        answers = {"France": "Paris", "17 + 25": "42", "13 * 7": "91", "Python": "def add(a, b):\n    return a + b"}
+        answers = {"north vault": "4817", "Start with 7": "50", "France": "Paris", "17 + 25": "42", "13 * 7": "91",
+                   "Python": "def add(a, b):\n    return a + b"}  # fmt: skip
         content = next((a for key, a in answers.items() if key in prompt), "Hello!")
-        self._send(200, {"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})
+        choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        self._send(200, {"object": "chat.completion", "choices": [choice]})
 
 
 def test_probes_fit_a_2048_token_context(serve: Callable[..., Server]) -> None:
@@ -497,17 +500,17 @@ def test_probes_fit_a_2048_token_context(serve: Callable[..., Server]) -> None:
     fake = serve(ContextServer, context=2048, template=20)
     server = ep.Endpoint(fake.url, timeout=10)
     assert ep.context_length(server, "glm-5") == 2048
-    results = ep.run_probes(server, "glm-5", ep.load_probes())
+    results = gate.run_probes(server, "glm-5", gate.load_probes())
     assert [r.ok for r in results] == [True] * len(results), [r.describe() for r in results]
     assert [seen["status"] for seen in fake.seen] == [200] * len(results), "a probe was refused"
-    for probe, seen in zip(ep.load_probes(), fake.seen):
-        assert seen["max_tokens"] == 2048 - ep.prompt_token_bound(probe.prompt)
+    for probe, seen in zip(gate.load_probes(), fake.seen):
+        assert seen["max_tokens"] == 2048 - ep.prompt_token_bound(gate.build_prompt(probe, 2048))
 
 
 def test_a_chat_template_longer_than_the_allowance_is_fitted_by_sglangs_count(serve: Callable[..., Server]) -> None:
     fake = serve(ContextServer, context=2048, template=ep.CHAT_TEMPLATE_ALLOWANCE_TOKENS + 300)
     server = ep.Endpoint(fake.url, timeout=10)
-    message = ep.chat_in_context(server, "glm-5", ep.CHAT_SMOKE_PROMPT, 2048, ep.context_length(server, "glm-5"))
+    message = ep.complete_in_context(server, "glm-5", ep.CHAT_SMOKE_PROMPT, 2048, ep.context_length(server, "glm-5")).message
     assert message["content"] == "Hello!"
     refused, answered = fake.seen
     assert refused["status"] == 400 and answered["status"] == 200
@@ -518,7 +521,7 @@ def test_without_max_model_len_sglangs_refusal_still_fits_the_chat(serve: Callab
     fake = serve(ContextServer, context=2048, template=20, report=False)
     server = ep.Endpoint(fake.url, timeout=10)
     assert ep.context_length(server, "glm-5") is None
-    results = ep.run_probes(server, "glm-5", ep.load_probes())
+    results = gate.run_probes(server, "glm-5", gate.load_probes())
     assert all(r.ok for r in results), [r.describe() for r in results]
     assert [seen["max_tokens"] for seen in fake.seen[::2]] == [2048] * len(results), "asked as the probes say first"
 
@@ -526,14 +529,14 @@ def test_without_max_model_len_sglangs_refusal_still_fits_the_chat(serve: Callab
 def test_a_large_context_leaves_max_tokens_as_the_probe_asks(serve: Callable[..., Server]) -> None:
     fake = serve(ContextServer, context=202752, template=20)
     server = ep.Endpoint(fake.url, timeout=10)
-    assert all(r.ok for r in ep.run_probes(server, "glm-5", ep.load_probes()))
+    assert all(r.ok for r in gate.run_probes(server, "glm-5", gate.load_probes()))
     assert {seen["max_tokens"] for seen in fake.seen} == {2048}
 
 
 def test_a_prompt_that_fills_the_context_fails_saying_so(serve: Callable[..., Server]) -> None:
     fake = serve(ContextServer, context=100, template=200)
     server = ep.Endpoint(fake.url, timeout=10)
-    result = ep.run_probe(server, "glm-5", ep.load_probes()[0], ep.context_length(server, "glm-5"))
+    result = gate.run_probe(server, "glm-5", gate.load_probes()[0], ep.context_length(server, "glm-5"))
     assert not result.ok and "the prompt alone fills the model's context" in result.reason
     assert [seen["max_tokens"] for seen in fake.seen] == [100], "no room by the bound: sglang counts"
 

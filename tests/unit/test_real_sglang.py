@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy import doctor, planner, startlog
-from sglang_deploy_host import endpoint
+from sglang_deploy_host import endpoint, gate
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "tests" / "fixtures" / "real-sglang" / "h200-sglang-0.5.17"
@@ -65,8 +65,8 @@ def test_every_chat_fits_the_context_the_real_server_reported() -> None:
     (card,) = json.loads((RUN / "v1-models.json").read_text())["data"]
     context_len = card["max_model_len"]
     assert context_len == 2048  # the size that refused the old max_tokens 2048 with HTTP 400
-    prompts = [(p.prompt, p.max_tokens) for p in endpoint.load_probes()]
-    prompts.append((endpoint.CHAT_SMOKE_PROMPT, endpoint.DEFAULT_PROBE_MAX_TOKENS))
+    prompts = [(gate.build_prompt(p, context_len), p.max_tokens) for p in gate.load_probes()]
+    prompts.append((endpoint.CHAT_SMOKE_PROMPT, endpoint.CHAT_SMOKE_MAX_TOKENS))
     for prompt, wanted in prompts:
         fitted = endpoint.fit_max_tokens(wanted, prompt, context_len)
         assert 1 <= fitted < wanted

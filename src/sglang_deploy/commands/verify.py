@@ -18,12 +18,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_deploy_host import endpoint
+from sglang_deploy_host import endpoint, gate
 from sglang_deploy.commands import ApiKeyError, add_api_key_args, add_inventory_args, api_key_from, usage_error
 from sglang_deploy.runner import project_dir, run_playbook
 
 ENDPOINT_SUITE = "tests/infra/test_endpoint.py"
-# Bounds the whole endpoint suite: 4 probes and a chat at up to GENERATE_DEADLINE_S (120 s) each,
+# Bounds the whole endpoint suite: 6 probes and a chat at up to GENERATE_DEADLINE_S (120 s) each,
 # and a few GETs at up to SHORT_DEADLINE_S (30 s) each. A server that does not answer at all fails
 # every test within the suite's first /health check (tests/infra/test_endpoint.py).
 ENDPOINT_SUITE_TIMEOUT_S = 1200
@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
     if args.probes:
         # A bad probes file is a usage error, reported before any host or server is contacted.
         try:
-            endpoint.load_probes(args.probes)
-        except endpoint.ProbeFileError as err:
+            gate.load_probes(args.probes)
+        except gate.ProbeFileError as err:
             return usage_error("verify", str(err))
         args.probes = str(Path(args.probes).resolve())
     if args.endpoint:
