@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A small DeepSeek-V3 model with a trained MTP (nextn) draft layer, for measuring speculative decoding.
 
-    python train_tiny_mtp.py OUT [--seconds 150] [--device cuda] [--size small|smoke]
+    python train_tiny_mtp.py OUT [--seconds 150 | --steps N] [--device cuda] [--size small|smoke]
 
 Random weights accept no draft, so what MTP gains (and what a missing draft layer costs) needs trained
 weights. GLM-5 does not fit a short training run; DeepSeek-V3 is the architecture whose draft sglang loads
@@ -113,18 +113,25 @@ class DraftLayer(nn.Module):
         return target.lm_head(self.shared_head.norm(out))
 
 
-def train(model: nn.Module, step_loss: Any, seconds: float, min_steps: int, lr: float) -> list[float]:
-    """AdamW for ``seconds`` (at least ``min_steps``), the rate decaying linearly; the losses, one per step."""
+def train(model: nn.Module, step_loss: Any, seconds: float, min_steps: int, lr: float, steps: int | None = None) -> list[float]:
+    """AdamW for ``seconds`` (at least ``min_steps``), or exactly ``steps`` when given (the same run on any
+    machine, however loaded), the rate decaying linearly; the losses, one per step."""
     params = [p for p in model.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     losses: list[float] = []
     start = time.monotonic()
     while True:
         elapsed = time.monotonic() - start
-        if elapsed > seconds and len(losses) >= min_steps:
-            break
+        if steps is not None:
+            if len(losses) >= steps:
+                break
+            done = len(losses) / steps
+        else:
+            if elapsed > seconds and len(losses) >= min_steps:
+                break
+            done = elapsed / max(seconds, 1e-6)
         for group in optim.param_groups:
-            group["lr"] = lr * max(0.05, 1 - elapsed / max(seconds, 1e-6))
+            group["lr"] = lr * max(0.05, 1 - done)
         loss = step_loss()
         optim.zero_grad(set_to_none=True)
         loss.backward()
@@ -234,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--seconds", type=float, default=150, help="training budget, both phases (2/3 target, 1/3 draft)")
+    parser.add_argument("--steps", type=int, help="train exactly this many steps per phase instead of --seconds (target, then draft)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
     args = parser.parse_args(argv)
@@ -256,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
 
     target.train()
     t0 = time.monotonic()
-    target_losses = train(target, target_loss, args.seconds * 2 / 3, 20, 1e-3)
+    target_losses = train(target, target_loss, args.seconds * 2 / 3, 20, 1e-3, args.steps)
     target.eval()
     for param in target.parameters():
         param.requires_grad_(False)
@@ -274,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         logits = draft(target, ids[:, 1:-1], hidden[:, :-2])  # at i: x[i+1] and h[i] -> x[i+2]
         return loss_fn(logits.reshape(-1, logits.shape[-1]), ids[:, 2:].reshape(-1))
 
-    draft_losses = train(draft, draft_loss, args.seconds / 3, 20, 1e-3)
+    draft_losses = train(draft, draft_loss, args.seconds / 3, 20, 1e-3, args.steps)
     draft.eval()
     quality = evaluate(target, draft, config, size, args.device)
     saved = save(target, draft, tokenizer_dir, args.out, config)

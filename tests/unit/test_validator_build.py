@@ -203,6 +203,13 @@ def _gone(*pids: int, timeout: float = 10) -> list[int]:
     return alive
 
 
+def _as_in_a_terminal() -> None:
+    """The builder as a command typed in a terminal has it: SIGINT at its default, which Python turns into
+    KeyboardInterrupt. A test run started in the background of a script (CI's static checks: bash gives
+    an ``&`` job SIGINT ignored) would hand its ignored SIGINT down, and Python keeps an ignored SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 BUILDER = textwrap.dedent(
     """
     import sys
@@ -224,6 +231,7 @@ def test_a_build_killed_from_outside_leaves_no_pip_running(
     builder = subprocess.Popen(
         [sys.executable, "-c", BUILDER, str(tmp_path / "cache")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        preexec_fn=_as_in_a_terminal,
     )  # fmt: skip
     try:
         leader, child = _started(hanging_python)
