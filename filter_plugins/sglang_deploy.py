@@ -8,7 +8,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from sglang_deploy_host import endpoint, systemd
-    from sglang_deploy import server
+    from sglang_deploy import server, variables
 except ImportError as exc:  # a clear message beats a bare "no filter named sglang_server_resolve"
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "
@@ -78,9 +78,23 @@ def sglang_redact(text: Any, secrets: Any) -> str:
     return result
 
 
+def sglang_check_variables(
+    names: Any, host: str, extras: Any = None, sources: Any = None, roles_dir: str = ""
+) -> bool:
+    """True when every role-prefixed variable of ``host`` (``names``) is one a role defines or publishes;
+    otherwise an error naming each, the inventory file that sets it and the closest defined name
+    (src/sglang_deploy/variables.py)."""
+    try:
+        variables.check(host, {**dict.fromkeys(names or ()), variables.EXTRAS_VAR: extras or []}, roles_dir, list(sources or []))
+    except variables.UnknownVariablesError as err:
+        raise AnsibleFilterError(str(err)) from None
+    return True
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "sglang_check_variables": sglang_check_variables,
             "sglang_server_resolve": sglang_server_resolve,
             "sglang_server_model_path": sglang_server_model_path,
             "sglang_server_secrets": sglang_server_secrets,

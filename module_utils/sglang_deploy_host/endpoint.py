@@ -260,13 +260,29 @@ def api_key_problem(key: str, variable: str) -> Optional[str]:
     if not key:
         return None
     if not API_KEY_CHARS.fullmatch(key):
-        bad = sorted({repr(ch) for ch in key if not API_KEY_CHARS.fullmatch(ch)})
+        # Named by kind and position, never by the character itself: no byte of a key is ever printed.
+        bad = [(n, _char_kind(ch)) for n, ch in enumerate(key, 1) if not API_KEY_CHARS.fullmatch(ch)]
+        kinds = ", ".join(f"{kind} at character {n}" for n, kind in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
         return (
-            f"{variable} holds {', '.join(bad)}: an API key is letters, digits and . _ ~ + / = - only (sglang "
+            f"{variable} holds {kinds}: an API key is letters, digits and . _ ~ + / = - only (sglang "
             "prints other characters escaped, where log masking cannot be sure to find them). Fix: a new key, "
             "e.g. openssl rand -hex 32"
         )
     return None
+
+
+def _char_kind(ch: str) -> str:
+    if ch in "\r\n":
+        return "a line break"
+    if ch in " \t":
+        return "a space or tab"
+    if not ch.isprintable():
+        return "a control character"
+    if ord(ch) > 127:
+        return "a non-ASCII character"
+    if ch in "'\"\\":
+        return "a quote or backslash"
+    return "a punctuation character"
 
 
 @dataclass(frozen=True)
@@ -412,6 +428,10 @@ class Endpoint:
 
     def __post_init__(self) -> None:
         check_url(self.url)
+        # A key no HTTP header can carry would fail deep in http.client, with the key in the traceback.
+        problem = api_key_problem(self.api_key, "the API key")
+        if problem:
+            raise ValueError(problem)
 
     def request(self, method: str, path: str, payload: Any = None, timeout: Optional[float] = None) -> Response:
         """One request within ``timeout`` s in all (default ``self.timeout``); HTTP error statuses are

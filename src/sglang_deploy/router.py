@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sglang_deploy_host import endpoint, sglang_launcher, systemd
+from sglang_deploy_host import file_sd as targets_file
 
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
 """sglang-router 0.3.2's --policy choices."""
@@ -191,6 +192,11 @@ def _resolve(settings: Mapping[str, Any], unit_values: Mapping[str, Any], host: 
         f"{settings['venv']}/bin/python3", f"{unit['libexec_dir']}/sglang_launcher.py", MODULE, env_flags, [], strip_ansi=True
     )
     metrics_host = str(settings["prometheus_host"])
+    try:  # what Prometheus is handed: a plain host:port and, when set, a targets file of plain characters
+        targets_file.check_host(str(settings["metrics_address"] or host), "sglang_router_metrics_address")
+        file_sd_path = targets_file.check_path(str(settings["file_sd_path"]), "sglang_router_file_sd_path") if settings["file_sd_path"] else ""
+    except targets_file.FileSdError as err:
+        raise RouterConfigError(str(err)) from None
     return {
         "host": host,
         "flags": flags,
@@ -202,7 +208,7 @@ def _resolve(settings: Mapping[str, Any], unit_values: Mapping[str, Any], host: 
         "url": f"http://{endpoint.client_host(str(settings['host']))}:{port}",
         "metrics_url": f"http://{endpoint.client_host(metrics_host)}:{metrics_port}/metrics",
         "metrics_target": f"{endpoint.url_host(str(settings['metrics_address'] or host))}:{metrics_port}",
-        "file_sd_path": str(settings["file_sd_path"]),
+        "file_sd_path": file_sd_path,
         "api_key_env": API_KEY_ENV if api_key else None,
     }
 

@@ -573,7 +573,10 @@ def test_verify_endpoint_fails_a_metrics_route_without_sglangs_metrics(serve: Ca
 
 
 # -- wait-ready --------------------------------------------------------------------------------
-# A key systemd's env-file parser only reads right when quoted right (env_file_line double-quotes it).
+# The widest key a header can carry and sglang's log masking can find (endpoint.api_key_problem): every
+# character class it allows, in an env file written the way the role writes it (env_file_line).
+WIDE_KEY = "Kk09._~+/=-" + "a" * 21
+# A key systemd's env-file parser only reads right when quoted right; it is one the client will not send.
 TRICKY_KEY = "k'e\"y $HOME `id` \\ %n"
 
 
@@ -584,22 +587,38 @@ def _wait_ready(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("standin", [("--api-key", TRICKY_KEY, "--standin-load-delay", "0")], indirect=True)
-@pytest.mark.parametrize("name", ["SGLANG_API_KEY", "OTHER_KEY"])
-def test_wait_ready_reads_the_key_from_the_env_file(standin: Standin, tmp_path: Path, name: str) -> None:
+def _env_file(tmp_path: Path, name: str, key: str) -> Path:
     env_file = tmp_path / "sglang.env"
     others = {"SGLANG_API_KEY": "not-the-key", "OTHER_KEY": "not-the-key-either"}
-    others[name] = TRICKY_KEY
+    others[name] = key
     env_file.write_text("# Ansible managed\n" + "".join(env_file_line(n, v) + "\n" for n, v in others.items()))
+    return env_file
+
+
+@pytest.mark.parametrize("standin", [("--api-key", WIDE_KEY, "--standin-load-delay", "0")], indirect=True)
+@pytest.mark.parametrize("name", ["SGLANG_API_KEY", "OTHER_KEY"])
+def test_wait_ready_reads_the_key_from_the_env_file(standin: Standin, tmp_path: Path, name: str) -> None:
+    env_file = _env_file(tmp_path, name, WIDE_KEY)
     # With --env-file the process environment is not read.
     env = {**os.environ, ep.API_KEY_ENV: "not-the-key"}
     args = ("--url", standin.url, "--path", "/v1/models", "--initial-delay", "0.2")
     proc = _wait_ready(*args, "--timeout", "5", "--env-file", str(env_file), "--api-key-env", name, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert TRICKY_KEY not in proc.stdout + proc.stderr
+    assert WIDE_KEY not in proc.stdout + proc.stderr
     # Without the key /v1/models answers 401: the 200 above came from the key in the file.
     without = _wait_ready(*args, "--timeout", "0.5", env={**os.environ, ep.API_KEY_ENV: ""})
     assert without.returncode == 1 and "HTTP 401" in without.stdout
+
+
+def test_an_env_file_key_is_read_whole_however_quoted(tmp_path: Path) -> None:
+    assert ep.api_key_from_env_file(str(_env_file(tmp_path, "OTHER_KEY", TRICKY_KEY)), "OTHER_KEY") == TRICKY_KEY
+
+
+def test_wait_ready_will_not_send_a_key_no_header_can_carry(tmp_path: Path) -> None:
+    env_file = _env_file(tmp_path, "SGLANG_API_KEY", TRICKY_KEY)
+    proc = _wait_ready("--url", "http://127.0.0.1:9", "--timeout", "1", "--env-file", str(env_file))
+    assert proc.returncode == 2 and "a quote or backslash at character 2" in proc.stderr, proc.stderr
+    assert "$HOME" not in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_wait_ready_names_a_missing_env_file(tmp_path: Path) -> None:
@@ -675,3 +694,40 @@ def test_verify_endpoint_fails_fast_when_the_server_never_answers(serve: Callabl
     assert "7 errors" in proc.stdout and proc.stdout.count("did not answer GET /health") >= 7, proc.stdout
     # One /health deadline, not a deadline per test (7 x GENERATE_DEADLINE_S).
     assert elapsed < ep.GENERATE_DEADLINE_S, f"took {elapsed:.0f} s"
+
+
+@pytest.mark.parametrize(
+    ("key", "kind"),
+    [("good-key\r0123456789", "a line break at character 9"), ("kéy-0123456789abcdef", "a non-ASCII character at character 2"),
+     ("key-0123456789-абв", "a non-ASCII character at character 16"), ("tab\tkey-0123456789", "a space or tab at character 4")],
+)  # fmt: skip
+@pytest.mark.parametrize("via", ["env", "file"])
+def test_a_key_no_header_can_carry_is_refused_in_one_line_without_a_byte_of_it(tmp_path: Path, key: str, kind: str, via: str) -> None:
+    """verify and bench take the key from $SGLANG_API_KEY or --api-key-file and check it with the role's own
+    rule (endpoint.api_key_problem) before any request: exit 2, one line naming where it came from and what
+    kind of character is wrong, and neither the key nor its odd character anywhere in the output."""
+    extra: list[str] = []
+    env_key: str | None = key
+    if via == "file":
+        path = tmp_path / "key"
+        path.write_bytes(key.encode("utf-8"))
+        path.chmod(0o600)
+        extra, env_key = ["--api-key-file", str(path)], None
+    for command in (["verify", "--endpoint", "http://127.0.0.1:9", "--model", "m"],
+                    ["bench", "--endpoint", "http://127.0.0.1:9", "--model", "m", "--tokenizer", str(tmp_path)]):  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if k != ep.API_KEY_ENV}
+        if env_key is not None:
+            env[ep.API_KEY_ENV] = env_key
+        done = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", *command, *extra], capture_output=True, text=True,
+                              timeout=120, check=False, cwd=ROOT, env=env)  # fmt: skip
+        out = done.stdout + done.stderr
+        assert done.returncode == 2, out
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in out, out
+        assert kind in out and ("$SGLANG_API_KEY" if via == "env" else "--api-key-file") in out, out
+        assert key.strip() not in out and not any(ch in out for ch in key if ord(ch) > 127 or ch in "\r\t"), out
+
+
+def test_the_client_refuses_a_key_it_could_not_send_before_any_request() -> None:
+    with pytest.raises(ValueError, match="the API key holds a line break at character 4") as err:
+        ep.Endpoint("http://127.0.0.1:9", api_key="abc\r\ndef")
+    assert "abc" not in str(err.value)

@@ -41,11 +41,11 @@ def test_env_file_lines_and_api_key_problem() -> None:
     with pytest.raises(AnsibleFilterError, match="host h: sglang_server_secret_env"):
         plugin.sglang_env_file_lines({"BAD NAME": "k"}, host="h")
     assert endpoint.api_key_problem("0123456789abcdef", "sglang_server_api_key") is None
-    assert "sglang_server_api_key holds '\\t'" in (endpoint.api_key_problem("abc\tdef", "sglang_server_api_key") or "")
+    assert "sglang_server_api_key holds a space or tab at character 4" in (endpoint.api_key_problem("abc\tdef", "sglang_server_api_key") or "")
     assert plugin.sglang_bearer_headers("k1") == {"Authorization": "Bearer k1"}
     assert plugin.sglang_bearer_headers("") == {}
     assert set(plugin.FilterModule().filters()) == {
-        "sglang_server_resolve", "sglang_server_model_path", "sglang_server_secrets", "sglang_env_file_lines",
+        "sglang_check_variables", "sglang_server_resolve", "sglang_server_model_path", "sglang_server_secrets", "sglang_env_file_lines",
         "sglang_bearer_headers", "sglang_path_component", "sglang_redact",
     }  # fmt: skip
 

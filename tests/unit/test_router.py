@@ -206,6 +206,49 @@ def test_file_sd():
     ]
 
 
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [({"metrics_address": '10.0.0.9"\n- targets: [evil:1]'}, "sglang_router_metrics_address = '10.0.0.9\"\\n- targets"),
+     ({"metrics_address": "host name"}, "is not a host name or an IP address"),
+     ({"file_sd_path": "/etc/prometheus/targets.json\n"}, "sglang_router_file_sd_path"),
+     ({"file_sd_path": "/etc/prometheus/../shadow"}, "ending in .json"),
+     ({"file_sd_path": "/etc/prometheus/a b.json"}, "of plain characters"),
+     ({"file_sd_path": "relative.json"}, "ending in .json")],
+)  # fmt: skip
+def test_what_prometheus_is_handed_is_checked_whole_before_any_host(changes: dict[str, object], message: str):
+    with pytest.raises(router.RouterConfigError) as err:
+        _resolve(**changes)
+    assert str(err.value).startswith("host r1: ") and message in str(err.value)
+    assert _resolve(metrics_address="fd00::9")["metrics_target"] == "[fd00::9]:29000"
+    assert _resolve(file_sd_path="/srv/x/../prom/t.json")["file_sd_path"] == "/srv/prom/t.json"
+
+
+def test_the_targets_file_is_written_only_over_a_file_of_ours(tmp_path: Path):
+    from sglang_deploy_host import file_sd
+
+    groups = router.file_sd({"w1": "http://10.0.0.1:8000"}, {"r1": "10.0.0.9:29000"})
+    path = tmp_path / "sd" / "sglang-targets.json"
+    assert file_sd.write(str(path), groups, "v")["changed"] and json.loads(path.read_text()) == groups
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert not file_sd.write(str(path), groups, "v")["changed"]  # ours, unchanged
+    moved = router.file_sd({"w1": "http://10.0.0.3:8000"}, {})
+    assert file_sd.write(str(path), moved, "v")["changed"]  # ours: replaced
+    other = tmp_path / "other.json"
+    other.write_text('[{"targets": ["node:9100"], "labels": {"job": "node"}}]\n')
+    for victim, why in ((other, "did not write"), (tmp_path / "sd", "not a regular file")):
+        target = tmp_path / "link.json" if victim.is_dir() else victim
+        if victim.is_dir():
+            target.symlink_to(victim)
+        before = victim.read_text() if victim.is_file() else None
+        with pytest.raises(file_sd.FileSdError, match=why):
+            file_sd.write(str(target), groups, "sglang_router_file_sd_path")
+        assert before is None or victim.read_text() == before
+    with pytest.raises(file_sd.FileSdError, match="is not host:port"):
+        file_sd.write(str(path), [{"targets": ["10.0.0.1:8000\n"], "labels": {}}], "v")
+    with pytest.raises(file_sd.FileSdError, match="is not a plain label"):
+        file_sd.write(str(path), [{"targets": ["h:1"], "labels": {"job": 'x"\ny'}}], "v")
+
+
 def test_locks_pin_the_default_version_with_hashes():
     assert {p.name for p in LOCKS} == {"sglang-router-py3.11.txt", "sglang-router-py3.12.txt"}
     for path in LOCKS:

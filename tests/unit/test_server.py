@@ -177,7 +177,7 @@ def test_a_p2p_capable_box_or_no_facts_needs_no_adjustment() -> None:
     [
         ({"state": "restarted"}, ["sglang_server_state=restarted", "Fix: use started, stopped or installed"]),
         ({"api_key": ""}, ["0.0.0.0:8000", "sglang_server_api_key"]),
-        ({"api_key": "a key with spaces"}, ["sglang_server_api_key holds ' '"]),
+        ({"api_key": "a key with spaces"}, ["sglang_server_api_key holds a space or tab at character 2"]),
         ({"advertise_url": "http://user:pw@w1:8000"}, ["sglang_server_advertise_url"]),
         ({"advertise_url": "http://w1:8000\n"}, ["sglang_server_advertise_url"]),
         ({"flags_override": {"port": 70000}}, ["sglang_server_flags['port']"]),

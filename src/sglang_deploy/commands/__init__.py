@@ -69,7 +69,7 @@ def api_key_from(args: argparse.Namespace) -> str:
         )
     path = getattr(args, "api_key_file", None)
     if path is None:
-        return os.environ.get(endpoint.API_KEY_ENV, "").strip()
+        return _checked(os.environ.get(endpoint.API_KEY_ENV, "").strip(), f"${endpoint.API_KEY_ENV}")
     try:
         mode = os.stat(path).st_mode
     except OSError as err:
@@ -82,4 +82,13 @@ def api_key_from(args: argparse.Namespace) -> str:
         raise ApiKeyError(str(err)) from None
     if "\n" in key:
         raise ApiKeyError(f"--api-key-file {path}: more than one line; the file holds the key alone")
+    return _checked(key, f"--api-key-file {path}")
+
+
+def _checked(key: str, source: str) -> str:
+    """The key, if the role would take it too (endpoint.api_key_problem: one rule for every place a key
+    comes from); ApiKeyError in one line, without a byte of the key, otherwise."""
+    problem = endpoint.api_key_problem(key, source)
+    if problem:
+        raise ApiKeyError(problem)
     return key

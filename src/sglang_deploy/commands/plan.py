@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sglang_deploy_host import checkpoint as inspector
-from sglang_deploy import architectures, checkpoints, inputfiles, planner, runner, server
+from sglang_deploy import architectures, checkpoints, inputfiles, planner, runner, server, variables
 from sglang_deploy.lanes import DEFAULT_LANE, LaneError, load_lane
 from sglang_deploy.launch import LaunchConfig, LaunchConfigError
 
@@ -118,6 +118,10 @@ def build_inputs(
     architecture = args.architecture
     if args.inventory:
         host, host_vars = inventory_host_vars(args.inventory, args.host)
+        try:  # the check render and up make first: a typo'd variable is not silently planned without
+            variables.check(host, host_vars, str(runner.project_dir() / "roles"), [args.inventory])
+        except variables.UnknownVariablesError as err:
+            raise planner.PlanError(str(err)) from None
         notes.append(f"launch flags of {host} from {args.inventory}")
         profile = args.profile if args.profile is not None else host_vars.get("sglang_server_profile")
         merged = server.inventory_flags(
