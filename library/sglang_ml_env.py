@@ -26,7 +26,12 @@ description:
   - With the same lock, its venv complete and I(path) pointing at it, nothing runs but a few stat() calls.
   - A complete venv of the lock that I(path) does not point at (a rebuild whose I(store) sits on the kept disk, a
     rollback) is reused, not installed again, when its interpreter runs and is the same Python build as I(python)
-    (C(sys.version) compared whole); otherwise it is stale and is built again. I(uv) then says C(reused_venv).
+    (C(sys.version) compared whole; otherwise it is stale and is built again) and it passes a new venv's checks
+    again - its marker a root-owned report of a passed check of this lock, its lock the wanted one byte for byte,
+    everything in it root's alone, no file in its site-packages that no installed package's RECORD lists, then
+    the check itself (versions, imports, CUDA, kernels) run again. One that fails is set aside as
+    C(rejected-<digest>-<UTC time>) (never pruned: the operator's to inspect) and the lock is built beside it.
+    I(uv) says C(reused_venv).
   - Check mode reports what would happen (also on a fresh host) and touches nothing. Diff shows
     the symlink's target and the store's listing before and after.
   - Everything is created root-owned, directories 0755 (uv's cache 0700), with group and other
@@ -153,6 +158,7 @@ uv:
   returned: always
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -382,10 +388,15 @@ class MlEnv:
             steps.append((build, self.build_or_remove))
         elif self.previous != str(self.venv):
             stale = self.stale_interpreter()
+            untrusted = "" if stale else mlenv.kept_venv_problem(self.venv, self.lock)
             if stale:
                 steps.append((f"{build} again: the complete one there is stale ({stale})", self.build_or_remove))
+            elif untrusted:
+                steps.append((f"{build} beside the kept one, set aside as {mlenv.REJECTED}{self.digest}-<UTC time> "
+                              f"for inspection: {untrusted}", partial(self.reject_and_build, untrusted)))  # fmt: skip
             else:
-                steps.append((f"reuse the complete venv {self.venv} (kept; same lock, same Python build)", self.reuse))
+                steps.append((f"reuse the complete venv {self.venv} (kept; same lock, same Python build) once it passes "
+                              "a new venv's checks again", self.reuse))  # fmt: skip
         if self.hand_made:
             text = f"move the directory {self.path} into {self.store} as {mlenv.PREEXISTING}<UTC time>"
             steps.append((text, self.keep_preexisting))
@@ -412,7 +423,15 @@ class MlEnv:
     # --- do -----------------------------------------------------------------------------------
 
     def reuse(self) -> str:
-        """A kept complete venv of this lock: nothing to install, its marker holds its check."""
+        """A kept complete venv of this lock, trusted only after the check a new one passes (run again now: the
+        versions against the lock, the imports, torch's CUDA, the kernels); one that fails it is set aside and
+        the lock built again."""
+        try:
+            report = self.check(self.venv / mlenv.LOCK_NAME)
+        except BuildError as exc:
+            report = {"problems": [str(exc)]}
+        if report["problems"]:
+            return self.reject_and_build("its check failed again: " + "; ".join(report["problems"]))
         self.report = _read_report(self.venv)
         self.uv = {
             "offline": True,
@@ -421,7 +440,17 @@ class MlEnv:
             "cache_dir": self.params["uv_cache_dir"],
             "reused_venv": True,
         }
-        return f"reused {self.venv} (kept complete venv of {self.lock_name}, same Python build): nothing installed"
+        return (
+            f"reused {self.venv} (kept complete venv of {self.lock_name}, same Python build): nothing installed, "
+            "its checks passed again"
+        )
+
+    def reject_and_build(self, why: str) -> str:
+        """Set the kept venv aside (never pruned: the operator's to inspect) and build the lock beside it."""
+        rejected = self.store / f"{mlenv.REJECTED}{self.digest}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}"
+        os.rename(self.venv, rejected)
+        built = self.build_or_remove()
+        return f"set the kept {self.venv} aside as {rejected} ({why}); {built}"
 
     def install_uv(self) -> None:
         params = self.params
@@ -467,6 +496,7 @@ class MlEnv:
         if report["problems"]:
             raise BuildError(f"{venv} failed its checks: " + "; ".join(report["problems"]))
         _take_write_off(venv)
+        report["lock_sha256"] = hashlib.sha256(self.lock.encode("utf-8")).hexdigest()
         _write(venv / mlenv.MARKER, json.dumps(report, sort_keys=True) + "\n")
         return report
 

@@ -6,6 +6,9 @@
 #                                                  two stand-in workers -> tests/fixtures/router-metrics/
 #   bash scripts/record-metrics.sh node-exporter   Debian 12's prometheus-node-exporter (unpacked, not
 #                                                  installed) -> tests/fixtures/node-exporter-metrics/
+#   bash scripts/record-metrics.sh watchdog        the watchdog's textfile (watchdog.metrics_text of a
+#                                                  watchdog that gave up) as that node_exporter's textfile
+#                                                  collector serves it -> tests/fixtures/node-exporter-metrics/
 #
 # Everything listens on 127.0.0.1 (free ports), runs for seconds, and is stopped by its PID. The
 # router is the real binary from the pinned wheel (roles/sglang_router/files/locks, installed with
@@ -63,6 +66,38 @@ record_node_exporter() {
   scrape "http://127.0.0.1:${port}/metrics" "${out}/metrics.txt"
   stop_process "$pid" node_exporter 10
   log "node_exporter: $(grep -c '^# TYPE' "${out}/metrics.txt") families -> ${out}/metrics.txt"
+}
+
+record_watchdog() {
+  local out="${REPO_ROOT}/tests/fixtures/node-exporter-metrics" port pid textfiles="${WORK}/textfile"
+  mkdir -p "$out" "$textfiles"
+  # The file the watchdog writes in its state directory, from its own code: a watchdog that gave up after
+  # 3 restarts in the last hour (what the alert SglangWatchdogGivingUp reads).
+  PYTHONPATH="${REPO_ROOT}/module_utils" python3 - "${textfiles}/sglang-watchdog.prom" <<'PY'
+import sys, time
+from sglang_deploy_host import watchdog as wd
+now = time.time()
+config = wd.Config(unit="sglang.service", url="http://127.0.0.1:8000", env_file=None, api_key_env=None,
+                   expected_gpus=8, state_file="/dev/null", service_user="sglang")
+state = wd.State(failures=3, restarts=3, restarts_total=7, restart_times=[now - 3000, now - 1900, now - 700],
+                 giving_up_until=now + 600, last_result=wd.GIVING_UP)
+open(sys.argv[1], "w").write(wd.metrics_text(config, state, now))
+PY
+  port="$(free_port)"
+  bash scripts/debian-tool.sh prometheus-node-exporter prometheus-node-exporter --web.listen-address="127.0.0.1:${port}" \
+    --collector.disable-defaults --collector.textfile --collector.textfile.directory="$textfiles" \
+    >"${WORK}/node-exporter-textfile.log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  wait_for 30 "node_exporter on 127.0.0.1:${port}" curl -fsS -m 2 -o /dev/null "http://127.0.0.1:${port}/metrics" ||
+    die "node_exporter did not answer (log: ${WORK}/node-exporter-textfile.log)"
+  scrape "http://127.0.0.1:${port}/metrics" "${WORK}/textfile-metrics.txt"
+  stop_process "$pid" node_exporter 10
+  # node_exporter's own go_*/process_* series are in metrics.txt already: keep the textfile collector's.
+  grep -E '^(# (HELP|TYPE) )?(sglang_watchdog_|node_textfile_)' "${WORK}/textfile-metrics.txt" >"${out}/watchdog-textfile.txt"
+  grep -q '^node_textfile_scrape_error 0$' "${out}/watchdog-textfile.txt" ||
+    die "node_exporter could not read the watchdog's textfile (${out}/watchdog-textfile.txt)"
+  log "watchdog textfile: $(grep -c '^sglang_watchdog_' "${out}/watchdog-textfile.txt") series -> ${out}/watchdog-textfile.txt"
 }
 
 router_venv() {
@@ -186,5 +221,6 @@ record_router() {
 case "${1:-}" in
   router) record_router ;;
   node-exporter) record_node_exporter ;;
-  *) die "usage: bash scripts/record-metrics.sh router|node-exporter" ;;
+  watchdog) record_watchdog ;;
+  *) die "usage: bash scripts/record-metrics.sh router|node-exporter|watchdog" ;;
 esac

@@ -25,8 +25,11 @@ import csv
 import json
 import os
 import re
+import selectors
+import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -465,16 +468,74 @@ class Output:
     rc: int
 
 
-def run_nvidia_smi(args: Sequence[str], nvidia_smi: str = DEFAULT_NVIDIA_SMI) -> Output:
+# The status run_bounded gives a command it stopped: past its deadline (as timeout(1) says), over its cap.
+EXIT_TIMED_OUT = 124
+EXIT_TOO_LONG = 125
+# What nvidia-smi may print: ``-q -x`` for 8 GPUs is ~0.3 MB; anything far beyond is not an answer.
+NVIDIA_SMI_MAX_BYTES = 32 * 1024 * 1024
+NVIDIA_SMI_TIMEOUT_S = 120.0
+
+
+def run_bounded(argv: Sequence[str], timeout: float, max_bytes: int) -> Output:
+    """``argv``'s output, bounded in time and bytes: past ``timeout`` seconds, or once stdout and stderr
+    together pass ``max_bytes``, the command and everything it started (its own session) are killed, and the
+    status says so (EXIT_TIMED_OUT, EXIT_TOO_LONG; EXIT_NOT_FOUND when it does not exist). Decoded as UTF-8
+    with bad bytes replaced: a garbled answer is text, never an exception."""
+    deadline = time.monotonic() + max(timeout, 0.0)
     try:
-        done = subprocess.run(
-            [nvidia_smi, *args], capture_output=True, text=True, timeout=120, check=False
+        proc = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
         )
     except FileNotFoundError:
+        return Output("", f"{argv[0]}: not found", EXIT_NOT_FOUND)
+    except OSError as err:
+        return Output("", f"{argv[0]}: cannot run it ({err.strerror})", EXIT_NOT_FOUND)
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()  # type: ignore[union-attr]
+    chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
+    total, status = 0, None
+    with selectors.DefaultSelector() as selector:
+        for stream in (proc.stdout, proc.stderr):
+            selector.register(stream, selectors.EVENT_READ)  # type: ignore[arg-type]
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                status = EXIT_TIMED_OUT
+                break
+            for key, _ in selector.select(timeout=min(left, 1.0)):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    selector.unregister(key.fileobj)
+                    continue
+                chunks[key.fd].append(data)
+                total += len(data)
+            if total > max_bytes:
+                status = EXIT_TOO_LONG
+                break
+    if status is not None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        rc = proc.wait(timeout=max(deadline - time.monotonic(), 1.0))
+    except subprocess.TimeoutExpired:  # the streams closed, the process did not end: stop it too
+        os.killpg(proc.pid, signal.SIGKILL)
+        rc, status = proc.wait(), EXIT_TIMED_OUT
+    for stream in (proc.stdout, proc.stderr):
+        stream.close()  # type: ignore[union-attr]
+    out, err = (b"".join(chunks[fd])[:max_bytes].decode("utf-8", "replace") for fd in (out_fd, err_fd))
+    if status == EXIT_TIMED_OUT:
+        return Output(out, f"{' '.join(argv)}: no answer within {timeout:.0f} s (stopped)", EXIT_TIMED_OUT)
+    if status == EXIT_TOO_LONG:
+        return Output("", f"{' '.join(argv)}: printed more than {max_bytes:,} bytes (stopped): not an answer", EXIT_TOO_LONG)
+    return Output(out, err, rc)
+
+
+def run_nvidia_smi(args: Sequence[str], nvidia_smi: str = DEFAULT_NVIDIA_SMI, timeout: float = NVIDIA_SMI_TIMEOUT_S) -> Output:
+    done = run_bounded([nvidia_smi, *args], timeout, NVIDIA_SMI_MAX_BYTES)
+    if done.rc == EXIT_NOT_FOUND:
         return Output("", f"{nvidia_smi}: not found (is the NVIDIA driver installed?)", EXIT_NOT_FOUND)
-    except subprocess.TimeoutExpired:
-        return Output("", f"{nvidia_smi} {' '.join(args)}: no answer within 120 s", 124)
-    return Output(done.stdout, done.stderr, done.returncode)
+    return done
 
 
 def read_fixture(directory: Path, name: str) -> Output:

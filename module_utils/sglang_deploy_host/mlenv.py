@@ -17,10 +17,15 @@ A venv in the store is complete when its MARKER exists: written only after its c
 from __future__ import annotations
 
 import argparse
+import csv
 import ctypes
 import fnmatch
+import hashlib
 import importlib
+import io
 import json
+import os
+import stat
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -212,16 +217,124 @@ def is_complete(venv: Path) -> bool:
     return (venv / MARKER).is_file()
 
 
+REJECTED = "rejected-"
+"""Prefix of a kept venv that failed the checks before reuse, set aside for inspection: never pruned."""
+# A marker or a lock is a few KB; anything far larger is not one.
+_SMALL_FILE_MAX_BYTES = 1 << 20
+# A RECORD lists a package's files, a few MB for the largest (torch).
+_RECORD_MAX_BYTES = 64 << 20
+# Files named in a problem, at most.
+_NAMED = 5
+
+
+def _root_file(path: Path, what: str) -> Tuple[Optional[bytes], str]:
+    """The bytes of ``path`` when it is a regular root-owned file no one else may write, of a bounded size."""
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        return None, f"its {what} cannot be read ({exc.strerror})"
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022:
+        return None, f"its {what} {path} is not a regular root-owned file only root may write"
+    if info.st_size > _SMALL_FILE_MAX_BYTES:
+        return None, f"its {what} {path} holds {info.st_size:,} bytes, not a {what}"
+    with open(path, "rb") as handle:
+        return handle.read(_SMALL_FILE_MAX_BYTES + 1), ""
+
+
+def _marker_problem(venv: Path, lock_text: str) -> str:
+    data, problem = _root_file(venv / MARKER, "marker")
+    if data is None:
+        return problem
+    try:
+        report = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return "its marker is not the check's JSON report"
+    if not isinstance(report, dict) or report.get("ok") is not True or report.get("problems") != []:
+        found = report.get("problems") if isinstance(report, dict) else None
+        return f"its marker does not record a passed check ({'; '.join(map(str, found)) if isinstance(found, list) and found else 'ok is not true'})"
+    recorded = report.get("lock_sha256")
+    if recorded is not None and recorded != hashlib.sha256(lock_text.encode("utf-8")).hexdigest():
+        return "its marker records the check of another lock"
+    site = report.get("site_packages")
+    if not isinstance(site, str) or not (site + "/").startswith(str(venv) + "/"):
+        return f"its marker's site-packages {site!r} is not inside it"
+    return ""
+
+
+def _tree_problem(venv: Path) -> str:
+    """Anything in the venv that is not root's alone (a link's own mode does not count)."""
+    bad: List[str] = []
+    for directory, dirnames, filenames in os.walk(venv):
+        for name in [*dirnames, *filenames]:
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            if info.st_uid != 0 or (not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022):
+                bad.append(os.path.relpath(path, venv))
+        if len(bad) >= _NAMED:
+            break
+    if bad:
+        return f"{', '.join(bad[:_NAMED])} {'is' if len(bad) == 1 else 'are'} not root's alone (another owner, or writable by others)"
+    return ""
+
+
+def stray_files(site: Path) -> List[str]:
+    """Files in ``site`` (site-packages) that no installed distribution's RECORD lists, bytecode caches left
+    out: a module, a .pth or a sitecustomize.py put there by hand, which Python would load like any other."""
+    listed = set()
+    for record in site.glob("*.dist-info/RECORD"):
+        with open(record, "rb") as handle:
+            text = handle.read(_RECORD_MAX_BYTES).decode("utf-8", errors="replace")
+        for row in csv.reader(io.StringIO(text)):
+            if row:
+                listed.add(os.path.normpath(os.path.join(site, row[0])))
+    stray: List[str] = []
+    for directory, dirnames, filenames in os.walk(site):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            path = os.path.join(directory, name)
+            if path not in listed:
+                stray.append(os.path.relpath(path, site))
+    return stray
+
+
+def kept_venv_problem(venv: Path, lock_text: str) -> str:
+    """Why a complete venv of the store may not be switched to as it is ("" = it may, once the check runs
+    again): a new venv's guarantees, read off the kept one. Its marker must be a root-owned report of a passed
+    check (of this lock, when it says), its lock the wanted lock byte for byte, everything in it root's alone,
+    and nothing in its site-packages that no installed package's RECORD lists. The import check itself
+    (versions, imports, CUDA, kernels) is run again by the caller before the switch."""
+    problem = _marker_problem(venv, lock_text)
+    if problem:
+        return problem
+    data, problem = _root_file(venv / LOCK_NAME, "lock")
+    if data is None:
+        return problem
+    if data != lock_text.encode("utf-8"):
+        return f"its lock {venv / LOCK_NAME} is not the wanted lock (another venv's, or edited)"
+    problem = _tree_problem(venv)
+    if problem:
+        return problem
+    try:
+        stray = stray_files(site_packages(venv))
+    except (OSError, FileNotFoundError) as exc:
+        return f"its site-packages cannot be listed ({exc})"
+    if stray:
+        more = f" and {len(stray) - _NAMED} more" if len(stray) > _NAMED else ""
+        return f"its site-packages holds files no installed package lists: {', '.join(stray[:_NAMED])}{more}"
+    return ""
+
+
 def prune_plan(store: Path, current: str, keep: int, previous: str = "") -> List[Path]:
     """The store entries to remove: incomplete ones, and complete ones beyond the ``keep`` newest
     (``previous``, the venv served before a switch, counts as the newest: it is the rollback).
-    The current venv and moved pre-existing ones (the operator's) are never removed."""
+    The current venv, moved pre-existing ones (the operator's) and rejected ones (kept for inspection) are
+    never removed."""
     complete: List[Tuple[Tuple[bool, float], Path]] = []
     remove: List[Path] = []
     if not store.is_dir():  # check mode on a fresh host: nothing built, nothing to remove
         return remove
     for entry in sorted(store.iterdir()):
-        if entry.name == current or entry.name.startswith(PREEXISTING) or entry.is_symlink() or not entry.is_dir():
+        if entry.name == current or entry.name.startswith((PREEXISTING, REJECTED)) or entry.is_symlink() or not entry.is_dir():
             continue
         if is_complete(entry):
             complete.append(((entry.name == previous, (entry / MARKER).stat().st_mtime), entry))

@@ -9,7 +9,7 @@ escaped; these helpers are the single place that knows how. (Nothing here relies
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Optional, Sequence
 
 # Characters that need no quoting in an ExecStart= word. Deliberately small: anything else is quoted.
 # Matched whole (fullmatch): "$" would accept a trailing newline.
@@ -251,9 +251,12 @@ def path_component(variable: str, value: object) -> str:
     return value
 
 
-def count(variable: str, value: object, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _fail(variable, value, f"an integer >= {minimum}")
+def count(variable: str, value: object, minimum: int = 0, maximum: Optional[int] = None) -> int:
+    """``value`` if it is an integer from ``minimum`` to ``maximum`` (a float that came out of YAML, 1e30 or
+    NaN, is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
+        want = f"an integer from {minimum} to {maximum}" if maximum is not None else f"an integer >= {minimum}"
+        raise _fail(variable, value, want)
     return value
 
 
@@ -321,6 +324,7 @@ def unit_settings(values: dict[str, object], prefix: str = "sglang_server_") -> 
             raise _fail(var("hardening"), directive, "a directive name (e.g. ProtectSystem)")
         checked[directive] = directive_value(f"{var('hardening')}['{directive}']", value)
     settings["hardening"] = checked
+    settings["home_assignment"] = environment_assignment("HOME", str(settings["home"]))
     settings["unit_path"] = f"{settings['unit_dir']}/{name}.service"
     settings["env_file"] = f"{settings['config_dir']}/{name}.env"
     return settings

@@ -45,12 +45,52 @@ CACHE_VARIABLES: dict[str, str] = {
 _KEY_CHARS = 16
 # The symlink under the root the unit's variables go through: the current key's directory.
 LINK = "current"
+# mkdir where every Debian and Ubuntu has it (merged /usr or not).
+MKDIR = "/bin/mkdir"
 # A key part nobody could read yet (no ml-env, no driver): spelled out, so it is a key of its own.
 UNKNOWN = "unknown"
 
 
 class JitCacheError(ValueError):
     """A cache setting that cannot be used; the message names the variable and the fix."""
+
+
+# Trees a cache root may not be in: system and virtual directories, and temporary ones (any user may create
+# there first, and the unit's /tmp is its own, PrivateTmp=yes: nothing written there is kept).
+NOT_FOR_CACHES = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/root", "/run", "/sbin",
+    "/sys", "/tmp", "/usr", "/var/lock", "/var/run", "/var/tmp",
+)  # fmt: skip
+
+
+def _within(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def location_problem(root: str, variable: str, *, kept_disk: str = "", home: str = "") -> str | None:
+    """Why ``root`` cannot hold kept caches (None when it can): a system, virtual or temporary directory;
+    inside the service's home (the service user could rename it or swap it for a link, and root manages
+    directories in it); or not strictly below the kept disk's mount point (a rebuild would lose it)."""
+    bad = next((top for top in NOT_FOR_CACHES if _within(root, top)), None)
+    if bad is not None or root == "/":
+        return (
+            f"{variable} = {root} is in {bad or '/'}, a system, virtual or temporary directory (what is there is not "
+            "kept, or not the caches' to write). Fix: a directory on the kept weights disk, e.g. "
+            f"{(kept_disk or '/var/lib/sglang/models')}/.sglang-deploy-cache"
+        )
+    if home and (_within(root, home) or _within(home, root)):
+        return (
+            f"{variable} = {root} overlaps the service's home {home} (sglang_server_home): the service user may "
+            "rename or replace what is in its home, and root manages the caches' directories. Fix: a directory on "
+            f"the kept weights disk, e.g. {(kept_disk or '/var/lib/sglang/models')}/.sglang-deploy-cache"
+        )
+    if kept_disk and (root == kept_disk or not _within(root, kept_disk)):
+        return (
+            f"{variable} = {root} is not below the kept weights disk's mount point {kept_disk} "
+            "(weights_disk_mount_point): a rebuild keeps only that disk. Fix: "
+            f"{kept_disk}/.sglang-deploy-cache, or \"\" for no kept caches"
+        )
+    return None
 
 
 def key_parts(
@@ -78,27 +118,43 @@ def key(parts: Mapping[str, str]) -> str:
 
 
 def resolve(
-    root: str, *, lock_digest: str, cuda_version: str, gpu_facts: Mapping[str, Any] | None
+    root: str,
+    *,
+    lock_digest: str,
+    cuda_version: str,
+    gpu_facts: Mapping[str, Any] | None,
+    kept_disk: str = "",
+    home: str = "",
+    cache_root: str = "",
 ) -> dict[str, Any]:
     """The cache settings of one server: ``{}`` without a root (no kept disk: the caches stay where each
     library puts them, in the service's home); else ``root`` (the unit may write under it), ``key``,
-    ``key_parts``, ``dir`` (``<root>/<key>``), ``dirs`` (each cache's directory there, created by the
-    role), ``link`` (``<root>/current``, pointed at ``dir`` by the role) and ``environment`` (variable ->
-    its directory under ``link``, for the unit's ``Environment=``)."""
+    ``key_parts``, ``dir`` (``<root>/<key>``, created by the role, owned by the service), ``link``
+    (``<root>/current``, pointed at ``dir`` by the role), ``environment`` (variable -> its directory under
+    ``link``, for the unit's ``Environment=``), ``dirs`` (those directories) and ``exec_start_pre`` (the
+    unit's ``ExecStartPre=`` that creates them as the service user: root never acts inside the service's
+    directory, where the service could have planted a link)."""
+    places = [("sglang_common_cache_root", cache_root), ("sglang_server_jit_cache_root", root)]
+    for variable, place in places:  # both are checked by their own name: the first is the usual source
+        if not place:
+            continue
+        problem = location_problem(systemd.absolute_path(variable, place), variable, kept_disk=kept_disk, home=home)
+        if problem:
+            raise JitCacheError(problem)
     if not root:
         return {}
     root = systemd.absolute_path("sglang_server_jit_cache_root", root)
-    if root == "/":
-        raise JitCacheError("sglang_server_jit_cache_root is /; set a directory on the kept disk, or \"\" for none")
     parts = key_parts(lock_digest, cuda_version, gpu_facts)
     directory = f"{root}/{key(parts)}"
     link = f"{root}/{LINK}"
+    dirs = sorted({f"{link}/{sub}" for sub in CACHE_VARIABLES.values()})
     return {
         "root": root,
         "key": key(parts),
         "key_parts": parts,
         "dir": directory,
-        "dirs": sorted({f"{directory}/{sub}" for sub in CACHE_VARIABLES.values()}),
         "link": link,
         "environment": {name: f"{link}/{sub}" for name, sub in CACHE_VARIABLES.items()},
+        "dirs": dirs,
+        "exec_start_pre": " ".join(systemd.exec_word(word) for word in [MKDIR, "-p", "-m", "0700", *dirs]),
     }

@@ -93,9 +93,16 @@ class Lane:
     """Objects the kernel proof accepts without ``required_archs`` (it checks that they still lack them)."""
     fp4_gemm_auto_sm120: str = ""
     """What ``--fp4-gemm-backend auto`` runs on SM120 in this lane's sglang ("" = not known)."""
+    choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """(flag, its values) for the flags the memory planner reads: what this lane's sglang takes (``plan``
+    refuses others offline), recorded from its parser; tests/unit/test_validator.py compares them with it."""
+
+    def choices_for(self, flag: str) -> tuple[str, ...] | None:
+        """The values ``flag`` (``speculative-algorithm``) takes in this lane's sglang; None when not recorded."""
+        return dict(self.choices).get(flag)
 
 
-_OPTIONAL_LANE_KEYS = frozenset({"lock", "kernel_exemptions", "fp4_gemm_auto_sm120"})
+_OPTIONAL_LANE_KEYS = frozenset({"lock", "kernel_exemptions", "fp4_gemm_auto_sm120", "choices"})
 
 
 def _lane_dir() -> Traversable:
@@ -151,6 +158,10 @@ def _parse_lane(data: dict[str, Any], where: str) -> Lane:
             )
         ),
         fp4_gemm_auto_sm120=_string(data, "fp4_gemm_auto_sm120", where) if "fp4_gemm_auto_sm120" in data else "",
+        choices=tuple(
+            (str(flag), _strings(_mapping(data["choices"], f"{where}: choices"), flag, f"{where}: choices"))
+            for flag in (data.get("choices") or {})
+        ),
     )
 
 

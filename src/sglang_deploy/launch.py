@@ -261,8 +261,17 @@ def profile_flags(
     """``sglang_server_flags`` with the launch profile ``sglang_server_profile`` (an entry of
     ``sglang_server_profiles``: flag changes, null removes a flag) merged in; "" or None = the flags
     as they are. What every reader of a host's flags starts from (the override comes after)."""
+    if profile is not None and not isinstance(profile, str):
+        raise LaunchConfigError(
+            f"sglang_server_profile = {profile!r} is not a profile's name (a {type(profile).__name__}). "
+            'Fix: one name of sglang_server_profiles, e.g. "tuned", or "" for sglang_server_flags as they are'
+        )
     if not profile:
         return merge_flags(flags, None)
+    if profiles is not None and not isinstance(profiles, Mapping):
+        raise LaunchConfigError(
+            f"sglang_server_profiles must be a mapping (profile name: flag changes), got {type(profiles).__name__}"
+        )
     if not isinstance(profiles, Mapping) or profile not in profiles:
         known = ", ".join(sorted(str(name) for name in profiles)) if isinstance(profiles, Mapping) else ""
         raise LaunchConfigError(
@@ -272,6 +281,10 @@ def profile_flags(
     changes = profiles[profile]
     if changes is None:
         changes = {}
+    if not isinstance(changes, Mapping):
+        raise LaunchConfigError(
+            f"sglang_server_profiles['{profile}'] must be a mapping of flag changes, got {type(changes).__name__}"
+        )
     return merge_flags(flags, changes, override_label=f"sglang_server_profiles['{profile}']")
 
 

@@ -847,6 +847,10 @@ def plan(inputs: PlanInputs) -> Plan:
 _HELD_AFTER_START = ("cuda_graphs", "attention_workspace", "kv_conversion", "speculative_draft")
 
 
+# The speculative algorithms the planner models (the draft's pool and graphs): sglang's EAGLE family and NGRAM.
+SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+
+
 def _speculative(algorithm: str | None) -> bool:
     return algorithm is not None and algorithm.upper() not in ("", "NGRAM")
 
@@ -967,12 +971,20 @@ _FIELD_RANGES: dict[str, tuple[bool, float, bool]] = {
 }
 
 
+# No input of a GPU's plan comes near this (MiB, GiB, tokens, batch sizes): beyond it is a typo (1e30), and
+# the arithmetic below would overflow into a traceback instead of a verdict.
+_INPUT_MAX = 1e12
+
+
 def _check_number(name: str, value: Any, integer: bool, low: float, exclusive: bool) -> None:
     kind = "an integer" if integer else "a number"
     bound = f"> {low:g}" if exclusive else f">= {low:g}"
     ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok_type or not math.isfinite(value):
+    if isinstance(value, bool) or not ok_type:
         raise PlanError(f"{name} = {value!r} must be {kind} {bound}")
+    if abs(value) > _INPUT_MAX if isinstance(value, int) else not math.isfinite(value) or abs(value) > _INPUT_MAX:
+        shown = repr(value) if len(repr(value)) < 24 else repr(value)[:20] + "..."
+        raise PlanError(f"{name} = {shown} must be {kind} {bound} and at most {_INPUT_MAX:g}")
     if value < low or (exclusive and value == low):
         raise PlanError(f"{name} = {value!r} must be {kind} {bound}")
 

@@ -25,6 +25,7 @@ holds variable names only, so printing it (``-v``, ``render --json``) shows no s
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -183,6 +184,9 @@ def _resolve(
         lock_digest=str(cache_inputs.get("lock_digest") or ""),
         cuda_version=str(cache_inputs.get("cuda_version") or ""),
         gpu_facts=facts,
+        kept_disk=str(cache_inputs.get("kept_disk") or ""),
+        home=str(unit["home"]),
+        cache_root=str(cache_inputs.get("cache_root") or ""),
     )
     if jit_cache:
         env = merge_flags(jit_cache["environment"], env, variable="sglang_server_env")
@@ -389,6 +393,19 @@ def _memory_plan(
     return result
 
 
+def check_plan_vars(plan_vars: Mapping[str, Any]) -> None:
+    """PlanError naming the keys of ``sglang_server_memory_plan`` that are no planner input (a typo), the closest
+    known one each: render, up and ``plan -i`` refuse them alike."""
+    known = sorted(set(planner.PlanInputs.__dataclass_fields__) | PLAN_VAR_EXTRAS)
+    unknown = sorted(str(k) for k in plan_vars if k not in known)
+    if unknown:
+        close = {name: difflib.get_close_matches(name, known, n=1) for name in unknown}
+        hints = "; ".join(f"{name}: did you mean {match[0]}?" for name, match in close.items() if match)
+        raise planner.PlanError(
+            f"sglang_server_memory_plan has unknown keys {unknown}" + (f" ({hints})" if hints else "") + f"; known: {known}"
+        )
+
+
 def plan_for_flags(
     flags: Mapping[str, Any],
     *,
@@ -416,12 +433,7 @@ def plan_for_flags(
     values = planner.inputs_from_flags(normalized)
     values.pop("kv_cache_dtype", None)
     extra = dict(plan_vars or {})
-    unknown = set(extra) - set(planner.PlanInputs.__dataclass_fields__) - PLAN_VAR_EXTRAS
-    if unknown:
-        raise planner.PlanError(
-            f"sglang_server_memory_plan has unknown keys {sorted(unknown)}; known: "
-            f"{sorted(set(planner.PlanInputs.__dataclass_fields__) | PLAN_VAR_EXTRAS)}"
-        )
+    check_plan_vars(extra)
     sm_major = extra.pop("sm_major", None)
     summary = planner.gpu_facts_summary(dict(gpu_facts)) if gpu_facts else None
     if summary is not None:
@@ -494,13 +506,16 @@ def _endpoint(inputs: ServerInputs, flags: Mapping[str, Any], host: str) -> Endp
 
 
 # The watchdog's numbers (the role's sglang_server_watchdog_<key>) and their smallest values.
+# Each watchdog count's (minimum, maximum): beyond the maximum a value is a typo (1e30 from YAML), not a setting.
+_WEEK = 7 * 24 * 3600
 _WATCHDOG_COUNTS = {
-    "interval_sec": 10, "failures": 1, "backoff_initial_sec": 1, "backoff_max_sec": 1, "timeout_sec": 1,
-    "start_grace_sec": 0, "gpu_count": 0,
+    "interval_sec": (10, 24 * 3600), "failures": (1, 100), "backoff_initial_sec": (1, _WEEK),
+    "backoff_max_sec": (1, _WEEK), "timeout_sec": (1, 3600), "start_grace_sec": (0, 2 * 24 * 3600),
+    "gpu_count": (0, 1024), "stable_sec": (60, _WEEK), "max_restarts_per_hour": (1, 60),
 }  # fmt: skip
-# What systemd gives the watchdog's one tick beyond its generation: nvidia-smi (at most 120 s in
-# gpufacts), journalctl and systemctl (30 s each).
-_WATCHDOG_TICK_EXTRA_SEC = 240
+# What systemd gives the watchdog's one tick beyond its generation: the tick's own bound on everything
+# else (watchdog.TICK_EXTRA_S: systemctl, journalctl, nvidia-smi, /metrics), and a margin for Python's start.
+_WATCHDOG_TICK_EXTRA_SEC = int(host_watchdog.TICK_EXTRA_S) + 30
 
 
 def watchdog_settings(
@@ -519,7 +534,9 @@ def watchdog_settings(
     enabled = values.get("enabled", False)
     if not isinstance(enabled, bool):
         raise LaunchConfigError(f"{var('enabled')} = {enabled!r} is not true or false")
-    counts = {key: systemd.count(var(key), values.get(key, minimum), minimum) for key, minimum in _WATCHDOG_COUNTS.items()}
+    counts = {
+        key: systemd.count(var(key), values.get(key, low), low, high) for key, (low, high) in _WATCHDOG_COUNTS.items()
+    }
     if counts["backoff_max_sec"] < counts["backoff_initial_sec"]:
         raise LaunchConfigError(
             f"{var('backoff_max_sec')} = {counts['backoff_max_sec']} is below {var('backoff_initial_sec')} = "
@@ -541,17 +558,23 @@ def watchdog_settings(
     expected = counts["gpu_count"] or int(launch.get("tp_size") or 1)
     visible = dict(launch.get("environment") or {}).get("CUDA_VISIBLE_DEVICES")
     state_file = f"/var/lib/{name}/state.json"
+    # node_exporter's textfile collector reads *.prom files: point it at the state directory for the alert.
+    metrics_file = f"/var/lib/{name}/sglang-watchdog.prom"
     args = [
         ["--unit", f"{unit['name']}.service"],
         ["--url", served.local_url],
+        ["--service-user", str(unit["user"])],
         ["--env-file", str(unit["env_file"])],
         *([["--api-key-env", served.api_key_env]] if served.api_key_env else []),
         ["--expected-gpus", str(expected)],
         *([["--visible-devices", str(visible)]] if visible is not None else []),
         ["--state-file", state_file],
+        ["--metrics-file", metrics_file],
         ["--failures", str(counts["failures"])],
         ["--backoff-initial", str(counts["backoff_initial_sec"])],
         ["--backoff-max", str(counts["backoff_max_sec"])],
+        ["--stable", str(counts["stable_sec"])],
+        ["--max-restarts-per-hour", str(counts["max_restarts_per_hour"])],
         ["--timeout", str(counts["timeout_sec"])],
         ["--start-grace", str(counts["start_grace_sec"])],
     ]
@@ -565,6 +588,7 @@ def watchdog_settings(
         "python_path": python_path,
         "state_directory": name,
         "state_file": state_file,
+        "metrics_file": metrics_file,
         "exec_start": systemd.exec_start(["/usr/bin/python3", "-m", "sglang_deploy_host.watchdog", "check"], args),
         "environment_assignments": [systemd.environment_assignment("PYTHONPATH", python_path)],
         "ip_address_allow": allow,

@@ -171,20 +171,39 @@ class ProbeAnswer:
     """Per segment, ``dest -> value`` as sglang's parser typed it (None: it does not parse)."""
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ProbeAnswer:
+    def from_json(cls, data: Any, segments: int | None = None) -> ProbeAnswer:
+        """The answer, every field of the shape the probe writes (and, given ``segments``, one error and one
+        value per segment); ValueError naming the first field that is not."""
+
+        def want(ok: bool, what: str) -> None:
+            if not ok:
+                raise ValueError(f"the probe's answer: {what}")
+
+        def text_or_none(value: Any) -> bool:
+            return value is None or isinstance(value, str)
+
+        want(isinstance(data, Mapping), "not a JSON object")
+        version, errors, rest, options = (data.get(k) for k in ("sglang_version", "segment_errors", "rest_error", "options"))
+        values = data.get("segment_values") or []
+        want(isinstance(version, str) and bool(version), "sglang_version is not a version")
+        want(isinstance(errors, list) and all(text_or_none(e) for e in errors), "segment_errors is not a list of texts")
+        want(text_or_none(rest), "rest_error is not a text")
+        want(isinstance(values, list) and all(v is None or isinstance(v, Mapping) for v in values), "segment_values")
+        want(segments is None or len(errors) == segments and len(values) in (0, segments), "not one entry per segment")
+        want(isinstance(options, list) and all(isinstance(o, Mapping) for o in options), "options is not a list of objects")
+        parsed = []
+        for option in options:
+            strings, choices = option.get("option_strings"), option.get("choices")
+            want(isinstance(strings, list) and all(isinstance(t, str) for t in strings), "an option's option_strings")
+            want(choices is None or isinstance(choices, list), "an option's choices")
+            want(text_or_none(option.get("dest")), "an option's dest")
+            parsed.append(Option(tuple(strings), None if choices is None else tuple(map(str, choices)), option.get("dest")))
         return cls(
-            sglang_version=str(data["sglang_version"]),
-            segment_errors=tuple(data["segment_errors"]),
-            rest_error=data["rest_error"],
-            options=tuple(
-                Option(
-                    tuple(o["option_strings"]),
-                    None if o["choices"] is None else tuple(o["choices"]),
-                    o.get("dest"),
-                )
-                for o in data["options"]
-            ),
-            segment_values=tuple(data.get("segment_values") or ()),
+            sglang_version=version,
+            segment_errors=tuple(errors),
+            rest_error=rest,
+            options=tuple(parsed),
+            segment_values=tuple(values),
         )
 
 
@@ -455,12 +474,14 @@ def validate_flags(
     """
     env = ensure_validator_env(lane, cache_dir)
     segments = split_segments(argv)
-    answer = run_probe(
-        env, argv, [s.tokens for s in segments], lane.validator.stand_ins, ProbeAnswer.from_json
-    )
-    return ValidationResult(
-        answer.sglang_version, lane.name, problems_from_answer(answer, segments), host
-    )
+
+    def read(data: Any) -> tuple[str, tuple[FlagProblem, ...]]:
+        # The whole reading, problems included: a kept answer that does not fit these segments is asked again.
+        answer = ProbeAnswer.from_json(data, segments=len(segments))
+        return answer.sglang_version, problems_from_answer(answer, segments)
+
+    version, problems = run_probe(env, argv, [s.tokens for s in segments], lane.validator.stand_ins, read)
+    return ValidationResult(version, lane.name, problems, host)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

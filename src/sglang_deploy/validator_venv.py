@@ -57,6 +57,7 @@ from packaging.tags import platform_tags
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
+from sglang_deploy_host import files
 from sglang_deploy.lanes import Lane
 
 ENV_CACHE = "SGLANG_DEPLOY_CACHE"
@@ -717,7 +718,7 @@ def run_probe(
         )
     try:
         answer = read(json.loads(done.stdout))
-    except (ValueError, KeyError, TypeError) as exc:
+    except Exception as exc:  # whatever ``read`` makes of an answer of another shape: a one-line error
         raise ValidatorError(
             f"the flag probe answered something unexpected ({exc}):\n{_tail(done.stdout)}"
         ) from exc
@@ -730,9 +731,9 @@ def _kept_answer_file(env: Path, request: Mapping[str, Any]) -> Path | None:
     and build), the probe's source, the request and the environment's sglang/torch/CUDA variables. None
     for a venv without a marker (one being built: its first probe is the build's own check)."""
     try:
-        marker = (env / _MARKER).read_bytes()
+        marker = files.read_regular_file(env / _MARKER, _ANSWER_MAX_BYTES)
         probe = _PROBE.read_bytes()
-    except OSError:
+    except (OSError, files.UnreadableFileError):
         return None
     environment = sorted((k, v) for k, v in os.environ.items() if k.startswith(_ANSWER_ENV_PREFIXES))
     key = hashlib.sha256()
@@ -742,16 +743,14 @@ def _kept_answer_file(env: Path, request: Mapping[str, Any]) -> Path | None:
 
 
 def _kept_answer(path: Path | None, read: Callable[[Any], _Answer]) -> _Answer | None:
-    """The kept answer at ``path`` as ``read`` makes it, or None (none kept, too large, unreadable: ask again)."""
+    """The kept answer at ``path`` as ``read`` makes it, or None: none kept, or anything but a regular file of
+    a bounded size (a FIFO there is not waited on) holding an answer ``read`` takes - the parser is asked
+    again, and its answer replaces what was there."""
     if path is None:
         return None
     try:
-        with path.open("rb") as handle:
-            text = handle.read(_ANSWER_MAX_BYTES + 1)
-        if len(text) > _ANSWER_MAX_BYTES:
-            return None
-        return read(json.loads(text))
-    except (OSError, ValueError, KeyError, TypeError):
+        return read(json.loads(files.read_regular_file(path, _ANSWER_MAX_BYTES)))
+    except Exception:  # a kept answer is a shortcut only: whatever is wrong with it, ask the parser
         return None
 
 

@@ -134,8 +134,28 @@ def test_a_server_that_stops_generating_is_restarted_once(host, server_ready) ->
     again_rc, again = _tick(host)
     assert again_rc == 0 and "sglang-watchdog: OK: sglang.service generates again" in again, again
     state = _state(host)
-    assert state["last_result"] == "OK" and state["restarts"] == 0, state  # it generates again: back-off reset
+    # It generates again; the back-off starts over only after sglang_server_watchdog_stable_sec of generating.
+    assert state["last_result"] == "OK" and state["restarts"] == 1 and state["restarts_total"] >= 1, state
     assert _show(host, "sglang.service")["ActiveState"] == "active"
+
+
+def test_a_busy_server_is_not_restarted(host, server_ready) -> None:  # type: ignore[no-untyped-def]
+    """/generate times out as in stall, but sglang's token counters keep moving (a long prefill): BUSY, once,
+    and nothing restarted however many ticks (the stand-in's busy mode; the unit runs with --enable-metrics)."""
+    before = _show(host, "sglang.service")
+    host.run(f"printf 'busy\\n' > {MODE_FILE}")
+    results = [_tick(host, says=n == 0) for n in range(FAILURES + 2)]
+    assert [rc for rc, _ in results] == [0] * (FAILURES + 2), results
+    assert "sglang-watchdog: BUSY: sglang.service did not answer the check" in results[0][1], results[0][1]
+    assert "RESTART" not in "\n".join(lines for _, lines in results)
+    assert _show(host, "sglang.service")["InvocationID"] == before["InvocationID"]
+    assert _state(host)["last_result"] == "BUSY"
+
+
+def test_the_metrics_file_is_node_exporters_and_the_state_is_private(host) -> None:  # type: ignore[no-untyped-def]
+    prom = host.file(f"/var/lib/{WATCHDOG}/sglang-watchdog.prom")
+    assert (prom.user, prom.mode) == ("root", 0o644) and 'sglang_watchdog_giving_up{unit="sglang.service"} 0' in prom.content_string
+    assert (host.file(STATE_FILE).user, host.file(STATE_FILE).mode) == ("root", 0o600)
 
 
 def test_a_lost_gpu_is_reported_and_not_restarted(host, server_ready) -> None:  # type: ignore[no-untyped-def]

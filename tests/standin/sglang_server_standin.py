@@ -32,6 +32,9 @@ environment variables (the unit's argv stays the inventory's):
                                           never-ready (/health* answer 503 forever) |
                                           stall (generation requests get no answer, or a stream
                                           that never sends a token: a hung server) |
+                                          busy (generation requests get no answer as in stall, but
+                                          /metrics' sglang:realtime_tokens_total keeps growing: a
+                                          server deep in a long prefill, slow but making progress) |
                                           empty (generation requests answer 200 with no token: a
                                           server that "succeeds" at nothing) |
                                           redirect (generation requests answer 307 to
@@ -87,7 +90,9 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator, Optional
 
-MODES = ("ok", "garble", "never-ready", "stall", "empty", "redirect", "repeat", "runon")
+MODES = ("ok", "garble", "never-ready", "stall", "busy", "empty", "redirect", "repeat", "runon")
+# Prefill tokens a busy stand-in reports computing per second (sglang:realtime_tokens_total{mode="prefill_compute"}).
+BUSY_TOKENS_PER_S = 2048
 GARBLE = "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
 CONTEXT_LEN = 202752
 SGLANG_VERSION = "0.5.10.post1"
@@ -284,6 +289,8 @@ class StandinState:
         self._requests = itertools.count(1)
         self._count_lock = threading.Lock()
         self.generations = 0
+        self.decoded = 0  # tokens generated (/generate), sglang:realtime_tokens_total{mode="decode"}
+        self.busy_since: Optional[float] = None  # when /metrics first saw the busy mode
 
     @property
     def mode(self) -> str:
@@ -311,18 +318,34 @@ class StandinState:
             self.generations += 1
             return next(self._requests)
 
-    def metrics_text(self) -> str:
-        """Two of sglang's own metrics (srt/observability/metrics_collector.py names), labelled as it does."""
+    def count_tokens(self, tokens: int) -> None:
         with self._count_lock:
-            served = self.generations
+            self.decoded += tokens
+
+    def metrics_text(self) -> str:
+        """Some of sglang's own metrics (srt/observability/metrics_collector.py names), labelled as it does:
+        the scheduler's token counters move with what it computes (a busy stand-in's prefill keeps growing;
+        a stalled one's stands still)."""
+        with self._count_lock:
+            served, decoded = self.generations, self.decoded
+        if self.mode == "busy":
+            self.busy_since = self.busy_since or time.monotonic()
+            prefill = int((time.monotonic() - self.busy_since) * BUSY_TOKENS_PER_S)
+        else:
+            prefill = 0
         label = f'{{model_name="{self.served_name}"}}'
+        rank = f'model_name="{self.served_name}",tp_rank="0"'
         return (
             "# HELP sglang:num_requests_total Number of requests processed.\n"
             "# TYPE sglang:num_requests_total counter\n"
             f"sglang:num_requests_total{label} {served}.0\n"
             "# HELP sglang:num_running_reqs The number of running requests.\n"
             "# TYPE sglang:num_running_reqs gauge\n"
-            f"sglang:num_running_reqs{label} 0.0\n"
+            f"sglang:num_running_reqs{label} {1.0 if self.mode == 'busy' else 0.0}\n"
+            "# HELP sglang:realtime_tokens_total Total number of tokens processed (updated on each log interval).\n"
+            "# TYPE sglang:realtime_tokens_total counter\n"
+            f'sglang:realtime_tokens_total{{mode="prefill_compute",{rank}}} {float(prefill)}\n'
+            f'sglang:realtime_tokens_total{{mode="decode",{rank}}} {float(decoded)}\n'
         )
 
     def answer_for(self, prompt: str) -> str:
@@ -512,7 +535,7 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 return
             with state.pacer.request():
-                if state.mode == "stall":
+                if state.mode in ("stall", "busy"):
                     self._stall(bool(request.get("stream")))
                 elif self.path == "/generate":
                     self._generate(request)
@@ -594,6 +617,7 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
                     },
                 }
 
+            state.count_tokens(len(words))
             if request.get("stream"):
                 self._stream(self._paced(words, lambda count, _word: _sse(body(count))))
             else:

@@ -57,8 +57,11 @@ def test_every_cache_variable_goes_through_the_link_to_the_keyed_directory_which
     for name, sub in jitcache.CACHE_VARIABLES.items():
         assert result["environment"][name] == f"{ROOT_DIR}/current/{sub}"
         assert f'"{name}={ROOT_DIR}/current/{sub}"' in result["launch"]["environment_assignments"]
-    assert result["unit"]["read_write_paths"] == ["/var/lib/sglang", ROOT_DIR]
-    assert sorted(cache["dirs"]) == sorted({f"{cache['dir']}/{sub}" for sub in jitcache.CACHE_VARIABLES.values()})
+    assert result["unit"]["read_write_paths"] == ["/var/lib/sglang/home", ROOT_DIR]
+    # The directories are made by the unit as the service user (ExecStartPre=), behind root's link: root never
+    # acts inside the service's directory, where the service could have planted a link.
+    assert sorted(cache["dirs"]) == sorted({f"{ROOT_DIR}/current/{sub}" for sub in jitcache.CACHE_VARIABLES.values()})
+    assert cache["exec_start_pre"] == "/bin/mkdir -p -m 0700 " + " ".join(cache["dirs"])
 
 
 def test_the_unit_is_the_same_whether_or_not_the_host_was_asked() -> None:
@@ -107,13 +110,46 @@ def test_the_inventorys_environment_wins_and_no_kept_disk_keeps_todays_unit() ->
         plain = server.resolve(server.ServerInputs.from_vars(inputs(jit_cache=jit)), host="gpu1").to_dict()
         assert plain["jit_cache"] == {}
         assert not set(jitcache.CACHE_VARIABLES) & set(plain["environment"])
-        assert plain["unit"]["read_write_paths"] == ["/var/lib/sglang"]
+        assert plain["unit"]["read_write_paths"] == ["/var/lib/sglang/home"]
 
 
 @pytest.mark.parametrize("root", ["relative/jit", "/", "/var/lib/sglang/../jit", "/a b"])
 def test_a_bad_root_is_one_error_naming_host_and_variable(root: str) -> None:
     with pytest.raises(server.ResolveError, match=r"host gpu1: .*sglang_server_jit_cache_root"):
         server.resolve(server.ServerInputs.from_vars(inputs(jit_cache={"root": root})), host="gpu1")
+
+
+KEPT = "/var/lib/sglang/models"
+
+
+@pytest.mark.parametrize(
+    ("variable", "root", "why"),
+    [
+        ("sglang_server_jit_cache_root", "/etc/sglang-jit", "is in /etc, a system, virtual or temporary directory"),
+        ("sglang_server_jit_cache_root", "/proc/self/cwd", "is in /proc, a system"),
+        # Any user may create there first, and the unit's /tmp is private (PrivateTmp=yes): nothing persists.
+        ("sglang_server_jit_cache_root", "/tmp/jit", "is in /tmp, a system"),
+        ("sglang_common_cache_root", "/var/tmp/cache", "is in /var/tmp, a system"),
+        ("sglang_server_jit_cache_root", "/var/lib/sglang/home/jit", "overlaps the service's home /var/lib/sglang/home"),
+        ("sglang_common_cache_root", "/var/lib/sglang", "overlaps the service's home"),
+        ("sglang_server_jit_cache_root", "/srv/jit", f"is not below the kept weights disk's mount point {KEPT}"),
+        ("sglang_server_jit_cache_root", KEPT, "is not below the kept weights disk's mount point"),
+    ],
+)
+def test_render_refuses_a_cache_root_that_would_not_be_kept_or_is_not_the_caches(variable: str, root: str, why: str) -> None:
+    jit = {"root": f"{KEPT}/.c/jit", "kept_disk": KEPT, "cache_root": f"{KEPT}/.c", "lock_digest": DIGEST}
+    jit["root" if variable == "sglang_server_jit_cache_root" else "cache_root"] = root
+    with pytest.raises(server.ResolveError) as caught:
+        server.resolve(server.ServerInputs.from_vars(inputs(jit_cache=jit)), host="gpu1")
+    message = str(caught.value)
+    assert message.startswith(f"host gpu1: {variable} = {root} {why}"), message
+    assert "Fix: " in message
+
+
+def test_a_cache_root_on_the_kept_disk_is_taken() -> None:
+    jit = {"root": f"{KEPT}/.sglang-deploy-cache/jit", "kept_disk": KEPT, "cache_root": f"{KEPT}/.sglang-deploy-cache"}
+    resolved = server.resolve(server.ServerInputs.from_vars(inputs(jit_cache=jit)), host="gpu1").to_dict()
+    assert resolved["jit_cache"]["root"] == f"{KEPT}/.sglang-deploy-cache/jit"
 
 
 def test_the_unit_waits_for_the_disks_of_the_model_and_the_kept_caches() -> None:

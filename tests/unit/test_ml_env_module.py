@@ -245,7 +245,7 @@ def test_a_rebuild_with_the_store_on_the_kept_disk_reuses_the_venv_unless_its_py
     args = rebuilt.args(tiny_lock, store=str(kept / "ml-env.d"))
     plan, _ = run_module(tmp_path, "sglang_ml_env", args, check=True)
     assert plan["actions"][-2:] == [
-        f"reuse the complete venv {venv} (kept; same lock, same Python build)",
+        f"reuse the complete venv {venv} (kept; same lock, same Python build) once it passes a new venv's checks again",
         f"switch {rebuilt.path} from nothing to {venv}",
     ]
     again, _ = run_module(tmp_path, "sglang_ml_env", args, async_s=300, env=no_network)
@@ -274,6 +274,52 @@ def test_a_rebuild_with_the_store_on_the_kept_disk_reuses_the_venv_unless_its_py
     assert os.readlink(other.path) == str(venv)
 
 
+def _marker(venv: Path, **changes: Any) -> None:
+    report = json.loads((venv / mlenv.MARKER).read_text())
+    (venv / mlenv.MARKER).write_text(json.dumps({**report, **changes}))
+
+
+def _site(venv: Path) -> Path:
+    return mlenv.site_packages(venv)
+
+
+# How a kept venv can be other than its marker says: each must be caught before the switch.
+TAMPERED = {
+    "another lock inside": (lambda v: (v / mlenv.LOCK_NAME).write_text(variant((v / mlenv.LOCK_NAME).read_text(), "x")),
+                            "is not the wanted lock"),
+    "a planted module": (lambda v: (_site(v) / "sitecustomize.py").write_text("import os\n"),
+                         "holds files no installed package lists: sitecustomize.py"),
+    "a planted .pth": (lambda v: (_site(v) / "zz.pth").write_text("import os\n"), "no installed package lists: zz.pth"),
+    "the import check's package missing": (lambda v: (_site(v) / "six.py").unlink(), "its check failed again"),
+    "a marker saying only ok": (lambda v: (v / mlenv.MARKER).write_text('{"ok": true}'), "does not record a passed check"),
+    "a marker of a failed check": (lambda v: _marker(v, ok=False, problems=["import six failed"]),
+                                   "does not record a passed check (import six failed)"),
+    "a file others may write": (lambda v: (_site(v) / "six.py").chmod(0o666), "six.py is not root's alone"),
+}  # fmt: skip
+
+
+@needs_root
+@pytest.mark.parametrize("case", sorted(TAMPERED))
+def test_a_kept_venv_is_switched_to_only_after_a_new_venvs_checks(tmp_path: Path, host: Host, tiny_lock: str, case: str) -> None:
+    """A store entry that is not what its marker says is set aside (kept for inspection, never pruned) and the
+    lock built beside it, saying why; the ml-env never points at it."""
+    tamper, why = TAMPERED[case]
+    kept = host.root / "kept" / "ml-env.d"
+    assert not run_module(tmp_path, "sglang_ml_env", host.args(tiny_lock, store=str(kept)))[0]["failed"]
+    venv = kept / lockfile.venv_name(tiny_lock)
+    tamper(venv)
+    rebuilt = Host(tmp_path / "rebuilt", host.shared)
+    result, _ = run_module(tmp_path, "sglang_ml_env", rebuilt.args(tiny_lock, store=str(kept)))
+    assert not result["failed"] and result["uv"]["reused_venv"] is False, result
+    rejected = [p for p in kept.iterdir() if p.name.startswith(mlenv.REJECTED)]
+    assert len(rejected) == 1 and rejected[0].name.startswith(f"{mlenv.REJECTED}{venv.name}-"), list(kept.iterdir())
+    assert any(why in action for action in result["actions"]), result["actions"]
+    # The new venv passes what the kept one did not, and is the one served; the rejected one stays.
+    assert os.readlink(rebuilt.path) == str(venv) and mlenv.kept_venv_problem(venv, tiny_lock) == ""
+    again, _ = run_module(tmp_path, "sglang_ml_env", rebuilt.args(tiny_lock, store=str(kept), keep=0))
+    assert rejected[0].is_dir() and str(rejected[0]) not in again["removed"]
+
+
 @needs_root
 def test_a_new_lock_builds_beside_switches_prunes_and_rolls_back(tmp_path: Path, host: Host, tiny_lock: str) -> None:
     a, b, c = tiny_lock, variant(tiny_lock, "b"), variant(tiny_lock, "c")
@@ -296,7 +342,7 @@ def test_a_new_lock_builds_beside_switches_prunes_and_rolls_back(tmp_path: Path,
     built = marker.stat().st_mtime_ns
     back, _ = run_module(tmp_path, "sglang_ml_env", host.args(b))
     assert back["actions"] == [
-        f"reused {host.venv(b)} (kept complete venv of six.txt, same Python build): nothing installed",
+        f"reused {host.venv(b)} (kept complete venv of six.txt, same Python build): nothing installed, its checks passed again",
         f"switch {host.path} from {host.venv(c)} to {host.venv(b)}",
     ]
     assert back["uv"]["reused_venv"] is True and back["uv"]["fetched_bytes"] == 0

@@ -45,6 +45,7 @@ RECORDINGS = [
     *sorted((FIXTURES / "real-sglang" / "day2").glob("sglang-0.5.17-metrics-*.txt")),
     *sorted((FIXTURES / "router-metrics").glob("metrics-*.txt")),
     FIXTURES / "node-exporter-metrics" / "metrics.txt",
+    FIXTURES / "node-exporter-metrics" / "watchdog-textfile.txt",
 ]
 # Series Prometheus makes itself for every target (no exporter serves them).
 PROMETHEUS_SERIES = {"up": set()}
@@ -63,6 +64,7 @@ ALERTS = [
     "SglangRouterNoHealthyWorker",
     "SglangNodeExporterDown",
     "SglangModelsDiskNearFull",
+    "SglangWatchdogGivingUp",
 ]
 
 # --- the PromQL name scanner ------------------------------------------------------------------

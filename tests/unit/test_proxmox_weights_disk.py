@@ -38,6 +38,22 @@ def digest(path: Path) -> str:
 
 
 @pytest.fixture()
+def tmp_path(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """This module's own tmp_path: a directory in /run, not /tmp. The role creates its mount point and kept
+    caches with sglang_directory, which refuses a path through a directory others may write (/tmp is 1777),
+    as it would on a host; /run is root's alone."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="sglang-deploy-weights-disk-", dir="/run"))
+    base.chmod(0o755)
+    try:
+        yield base
+    finally:
+        subprocess.run(["umount", "-R", str(base / "models")], capture_output=True, check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture()
 def disk(tmp_path: Path) -> Path:
     """A blank 64 MiB image, linked under by-id by its serial beside the root disk's link."""
     image = tmp_path / "weights.img"
@@ -60,6 +76,8 @@ def run_role(tmp_path: Path, *extra: str, **role_vars: Any) -> tuple[int, dict[s
         "weights_disk_by_id_dir": str(tmp_path / "by-id"),
         "weights_disk_mount_point": str(tmp_path / "models"),
         "weights_disk_fstab": str(tmp_path / "fstab"),
+        # The data root the role keeps root's is the test's own, not this machine's /var/lib/sglang.
+        "sglang_common_data_root": str(tmp_path),
         **role_vars,
     }
     playbook = tmp_path / "play.yml"

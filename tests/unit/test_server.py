@@ -15,6 +15,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from sglang_deploy_host import watchdog as host_watchdog
 from sglang_deploy import server
 from sglang_deploy_host import gpufacts, systemd
 
@@ -23,9 +24,9 @@ PROFILE_DIR = ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers"
 SERVER_DEFAULTS = yaml.safe_load((ROOT / "roles" / "sglang_server" / "defaults" / "main.yml").read_text())
 API_KEY = "a-long-test-key-0123456789abcdef"
 UNIT = {
-    "name": "sglang", "user": "sglang", "group": "sglang", "home": "/var/lib/sglang",
+    "name": "sglang", "user": "sglang", "group": "sglang", "home": "/var/lib/sglang/home",
     "config_dir": "/etc/sglang", "unit_dir": "/etc/systemd/system",
-    "libexec_dir": "/usr/local/libexec/sglang-deploy", "read_write_paths": ["/var/lib/sglang"],
+    "libexec_dir": "/usr/local/libexec/sglang-deploy", "read_write_paths": ["/var/lib/sglang/home"],
     "hardening": SERVER_DEFAULTS["sglang_server_hardening"], "start_timeout_sec": 2400,
     "stop_timeout_sec": 90, "restart_sec": 30, "start_limit_burst": 3,
     "start_limit_interval_sec": 3600, "limit_nofile": 1048576, "gpu_idle_max_used_mib": 1024,
@@ -35,7 +36,7 @@ UNIT = {
 # The role's sglang_server_watchdog_* defaults, as the role hands them over.
 WATCHDOG = {
     "enabled": True, "interval_sec": 60, "failures": 3, "backoff_initial_sec": 600, "backoff_max_sec": 7200,
-    "timeout_sec": 60, "start_grace_sec": 2400, "gpu_count": 0,
+    "timeout_sec": 60, "start_grace_sec": 2400, "gpu_count": 0, "stable_sec": 3600, "max_restarts_per_hour": 3,
 }  # fmt: skip
 
 
@@ -232,8 +233,12 @@ def test_the_watchdog_gets_its_units_and_a_checked_command_line_without_the_key(
     assert pairs["--url"] == resolved["endpoint"]["local_url"] == "http://127.0.0.1:8000"
     assert pairs["--env-file"] == resolved["unit"]["env_file"] and pairs["--api-key-env"] == "SGLANG_API_KEY"
     assert pairs["--state-file"] == "/var/lib/sglang-watchdog/state.json" and pairs["--start-grace"] == "2400"
+    # The key goes only to a socket of the unit's user; the alert reads the metrics file.
+    assert pairs["--service-user"] == "sglang" and pairs["--metrics-file"] == "/var/lib/sglang-watchdog/sglang-watchdog.prom"
+    assert (pairs["--stable"], pairs["--max-restarts-per-hour"]) == ("3600", "3")
     assert API_KEY not in dog["exec_start"] and API_KEY not in str(dog)
-    assert dog["ip_address_allow"] == "localhost" and dog["timeout_start_sec"] == 300
+    # The tick bounds itself (its generation + watchdog.TICK_EXTRA_S); systemd's limit is above that by construction.
+    assert dog["ip_address_allow"] == "localhost" and dog["timeout_start_sec"] == 60 + int(host_watchdog.TICK_EXTRA_S) + 30
 
 
 def test_the_watchdog_follows_the_launch_and_the_bind_address() -> None:
@@ -247,7 +252,12 @@ def test_the_watchdog_follows_the_launch_and_the_bind_address() -> None:
 
 @pytest.mark.parametrize(
     ("change", "message"),
-    [({"failures": 0}, "sglang_server_watchdog_failures = 0 is not an integer >= 1"),
+    [({"failures": 0}, "sglang_server_watchdog_failures = 0 is not an integer from 1 to 100"),
+     # 1e30 in YAML reaches the resolver as a huge integer (the role's int type) or a float: refused either way.
+     ({"interval_sec": 10**30}, "sglang_server_watchdog_interval_sec = 1000000000000000000000000000000 is not an integer from 10 to 86400"),
+     ({"interval_sec": float("nan")}, "sglang_server_watchdog_interval_sec = nan is not an integer"),
+     ({"timeout_sec": 10**6}, "sglang_server_watchdog_timeout_sec = 1000000 is not an integer from 1 to 3600"),
+     ({"max_restarts_per_hour": 0}, "sglang_server_watchdog_max_restarts_per_hour = 0 is not an integer from 1 to 60"),
      ({"interval_sec": "60s"}, "sglang_server_watchdog_interval_sec = '60s' is not an integer"),
      ({"backoff_max_sec": 60}, "sglang_server_watchdog_backoff_max_sec = 60 is below sglang_server_watchdog_backoff_initial_sec"),
      ({"enabled": "yes"}, "sglang_server_watchdog_enabled = 'yes' is not true or false")],

@@ -4,6 +4,7 @@ can add a directive, no name can leave its directory (systemd.unit_settings, thr
 from __future__ import annotations
 
 import copy
+import re
 import importlib.util
 
 import pytest
@@ -18,12 +19,21 @@ plugin = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(plugin)
 
 COMMON = yaml.safe_load((ROOT / "roles" / "sglang_common" / "defaults" / "main.yml").read_text())
-# The role's defaults with the shared names (sglang_common's) filled in, as Ansible would.
+_PLAIN_NAME = re.compile(r"\{\{ ?([a-z_]+) ?\}\}")
+
+
+def _fill(value: object) -> object:
+    """A default with the shared names it is built of (sglang_common's ``{{ name }}``) filled in, as Ansible
+    would; anything with more than plain names in it stays as it is."""
+    while isinstance(value, str) and (match := _PLAIN_NAME.search(value)) and match.group(1) in COMMON:
+        value = value[: match.start()] + str(COMMON[match.group(1)]) + value[match.end():]
+    return value
+
+
+# The role's defaults with the shared names filled in.
 DEFAULTS = {
-    name: COMMON[value.strip("{} ")] if isinstance(value, str) and value.strip("{} ") in COMMON else value
-    for name, value in yaml.safe_load(
-        (ROOT / "roles" / "sglang_server" / "defaults" / "main.yml").read_text()
-    ).items()
+    name: _fill(value)
+    for name, value in yaml.safe_load((ROOT / "roles" / "sglang_server" / "defaults" / "main.yml").read_text()).items()
 }
 KEYS = (
     "name", "user", "group", "home", "config_dir", "unit_dir", "libexec_dir", "read_write_paths",
@@ -34,7 +44,7 @@ KEYS = (
 
 def _values() -> dict:
     values = {key: copy.deepcopy(DEFAULTS[f"sglang_server_{key}"]) for key in KEYS}
-    values["read_write_paths"] = ["/var/lib/sglang"]  # the default templates sglang_server_home
+    values["read_write_paths"] = [values["home"]]  # the default templates sglang_server_home
     return values
 
 

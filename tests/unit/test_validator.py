@@ -498,6 +498,64 @@ def test_an_answer_is_kept_in_the_validator_venv_and_asked_again_when_anything_i
     assert validate_flags(argv, cu128, "gpu-01") == first and len(probes) == 5
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "plant",
+    ["fifo", "directory", "list", "wrong-types", "too-few-segments", "huge"],
+)
+def test_a_kept_answer_that_is_not_one_is_asked_again_never_waited_on(
+    cu128: Lane, monkeypatch: pytest.MonkeyPatch, plant: str
+) -> None:
+    """Whatever sits at a kept answer's path - a FIFO (opening it would wait for a writer for ever), a
+    directory, valid JSON of another shape, an answer for other segments, a file over the cap - the parser
+    is asked again: one answer, no hang, no traceback."""
+    import os
+    import uuid
+
+    monkeypatch.setenv("SGLANG_DEPLOY_TEST_ANSWERS", uuid.uuid4().hex)
+    argv = _with(SEED_004_FLAGS, {"--max-running-requests": ["19"]})
+    first = validate_flags(argv, cu128, "gpu-01")
+    kept = _kept_for(cu128, argv)
+    answer = json.loads(kept.read_text())
+    kept.unlink()
+    if plant == "fifo":
+        os.mkfifo(kept)
+    elif plant == "directory":
+        kept.mkdir()
+    elif plant == "list":
+        kept.write_text("[1, 2, 3]")
+    elif plant == "wrong-types":
+        kept.write_text(json.dumps({**answer, "options": [{"option_strings": "--tp-size", "choices": 7}]}))
+    elif plant == "too-few-segments":
+        kept.write_text(json.dumps({**answer, "segment_errors": answer["segment_errors"][:1]}))
+    else:
+        kept.write_text(" " * (5 * 1024 * 1024) + json.dumps(answer))
+    try:
+        again = validate_flags(argv, cu128, "gpu-01")
+    finally:
+        if kept.is_dir() and not kept.is_symlink():
+            kept.rmdir()
+    assert again == first
+
+
+def test_a_probe_answer_of_another_shape_is_one_error_not_a_traceback() -> None:
+    from sglang_deploy.validator import ProbeAnswer
+
+    good = {"sglang_version": "0.5.10", "segment_errors": [None], "rest_error": None,
+            "options": [{"option_strings": ["--tp-size"], "choices": None, "dest": "tp_size"}]}  # fmt: skip
+    assert ProbeAnswer.from_json(good, segments=1).options[0].dest == "tp_size"
+    for bad, field in [
+        ([], "not a JSON object"), ({**good, "sglang_version": 5}, "sglang_version"),
+        ({**good, "segment_errors": "x"}, "segment_errors"), ({**good, "options": [["--tp"]]}, "options"),
+        ({**good, "options": [{"option_strings": "--tp", "choices": None}]}, "option_strings"),
+        ({**good, "segment_values": [1]}, "segment_values"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError, match=field):
+            ProbeAnswer.from_json(bad, segments=1)
+    with pytest.raises(ValueError, match="one entry per segment"):
+        ProbeAnswer.from_json(good, segments=2)
+
+
 def _kept_for(lane: Lane, argv: list[str]) -> Path:
     """The file the answer to ``argv`` is kept in (as validate_flags asks it)."""
     from sglang_deploy import validator_venv
@@ -618,3 +676,36 @@ def test_main_exits_0_when_accepted_and_1_when_rejected(capsys: pytest.CaptureFi
     assert "host gpu-01: sglang 0.5.10.post1 (lane cu128) accepts" in capsys.readouterr().out
     assert validator.main(["--lane", "cu130", "--", *SEED_004_FLAGS]) == 1
     assert "rejects --nsa-decode-backend" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lane_name", ["cu128", "cu130"])
+def test_the_lanes_recorded_choices_are_its_parsers(lane_name: str) -> None:
+    """`plan` refuses a value offline from the lane's recorded choices: they must be what the lane's sglang
+    takes. Where its parser has no choices (0.5.23's --speculative-algorithm), the recorded names are its
+    SpeculativeAlgorithm enum's (NONE left out) and the NEXTN alias."""
+    import subprocess
+
+    from sglang_deploy import validator_venv
+    from sglang_deploy.lanes import load_lane
+
+    lane = load_lane(lane_name)
+    env = validator_venv.ensure_validator_env(lane)
+    argv = ["--model-path", "x"]
+    answer = validator_venv.run_probe(
+        env, argv, [s.tokens for s in split_segments(argv)], lane.validator.stand_ins, ProbeAnswer.from_json
+    )
+    parser = {s.lstrip("-"): o.choices for o in answer.options for s in o.option_strings}
+    assert lane.choices, "no choices recorded"
+    for flag, recorded in lane.choices:
+        assert flag in parser, f"{lane_name}: sglang {lane.sglang} has no --{flag}"
+        if parser[flag] is not None:
+            assert tuple(parser[flag]) == recorded, (flag, parser[flag])
+            continue
+        assert flag == "speculative-algorithm", f"{lane_name}: --{flag} has no choices in the parser; record none"
+        names = subprocess.run(
+            [str(env / "bin" / "python"), "-I", "-c",
+             "from sglang.srt.speculative.spec_info import SpeculativeAlgorithm as A; print(' '.join(m.name for m in A))"],
+            capture_output=True, text=True, timeout=300, check=True,
+        ).stdout.split()  # fmt: skip
+        assert set(recorded) == (set(names) - {"NONE"}) | {"NEXTN"}, (names, recorded)

@@ -83,12 +83,13 @@ def test_n_failures_in_a_row_restart_once_then_back_off_doubling_to_the_cap(tmp_
     assert words(decisions[0]) == ["CHECK FAILED"] and "1/3" in decisions[0].lines[0][1]
     restart = decisions[2].lines[0][1]
     assert restart.startswith("sglang-watchdog: RESTART: sglang.service failed 3 checks in a row")
-    assert "no complete answer within 5 s" in restart and "(restart 1 since it last generated; the next one 300s" in restart
+    assert "no complete answer within 5 s" in restart and "(back-off restart 1; the next one 300s" in restart
+    assert "1 of 3 this hour" in restart
     # The restarted server generated once (so its failures count at once), then hangs again: 3 more
     # failures end 240 s after the restart, inside the 300 s back-off: held; restarted at 300 s.
     new_run = wd.UnitState("active", "running", "inv-2", active_since=ticks.mono)
     ticks.tick(seen(GOOD, new_run))
-    assert ticks.state.restarts == 0, "a server that generates again resets the back-off"
+    assert ticks.state.restarts == 1, "one generation after a restart does not start the back-off over (flapping)"
     ticks.state.restarts, ticks.state.last_restart = 1, ticks.now - 60  # as if it had not generated
     held = [ticks.tick(seen(HUNG, new_run)) for _ in range(3)]
     assert [words(d) for d in held] == [["CHECK FAILED"], ["CHECK FAILED"], ["RESTART HELD"]]
@@ -305,7 +306,7 @@ def test_the_program_runs_from_the_files_the_role_installs(tmp_path: Path) -> No
                              "import runpy; sys.argv = ['w', '--help']; runpy.run_module('sglang_deploy_host.watchdog', run_name='__main__')",
                              str(tmp_path)], capture_output=True, text=True, timeout=30, check=False, env=env)  # fmt: skip
     assert helped.returncode == 0 and "check" in helped.stdout, helped.stderr
-    bad = subprocess.run([sys.executable, "-m", "sglang_deploy_host.watchdog", "check", "--unit", "sglang; rm",
+    bad = subprocess.run([sys.executable, "-m", "sglang_deploy_host.watchdog", "check", "--unit", "sglang; rm", "--service-user", "root",
                           "--url", "http://127.0.0.1:1", "--expected-gpus", "1", "--state-file", str(tmp_path / "s")],
                          capture_output=True, text=True, timeout=30, check=False, env=env, cwd="/")  # fmt: skip
     assert bad.returncode == 2 and "is not a service unit name" in bad.stderr
@@ -313,3 +314,211 @@ def test_the_program_runs_from_the_files_the_role_installs(tmp_path: Path) -> No
 
 def test_the_watchdog_unit_is_named_after_the_server_unit() -> None:
     assert wd.unit_name("sglang") == wd.unit_name("sglang.service") == "sglang-watchdog"
+
+
+# -- round 4: a flapping server, a bad state, bounds, a squatter, a busy server -----------------------
+def _flap(ticks: Ticks, cycles: int) -> tuple[list[float], list[wd.Decision]]:
+    """A server that generates once after each restart, then hangs: one good tick, one failed tick, again."""
+    restarts, decisions = [], []
+    for n in range(cycles):
+        run = wd.UnitState("active", "running", f"inv-{n}", active_since=ticks.mono)
+        decisions.append(ticks.tick(seen(GOOD, run)))
+        decisions.append(ticks.tick(seen(HUNG, run)))
+        restarts += [ticks.now] if decisions[-1].restart else []
+    return restarts, decisions
+
+
+def test_a_flapping_server_cannot_reset_the_back_off(tmp_path: Path) -> None:
+    """One good generation after each restart used to start the back-off over: a restart every 2 minutes
+    for ever. Now the pauses keep doubling."""
+    ticks = Ticks(config(tmp_path, failures=1, backoff_initial_s=60.0, backoff_max_s=10_000.0, max_restarts_per_hour=100))
+    ticks.tick(seen())
+    restarts, _ = _flap(ticks, 10)
+    assert [b - a for a, b in zip(restarts, restarts[1:])] == [120.0, 120.0, 240.0, 480.0]
+
+
+def test_past_the_hourly_cap_the_watchdog_gives_up_once_until_the_hour_frees_a_restart(tmp_path: Path) -> None:
+    ticks = Ticks(config(tmp_path, failures=1, backoff_initial_s=60.0, backoff_max_s=60.0, max_restarts_per_hour=3))
+    ticks.tick(seen())
+    restarts, decisions = _flap(ticks, 12)
+    giving_up = [d for d in decisions if "GIVING UP" in words(d)]
+    assert len(restarts) == 3 and len(giving_up) == 1 and not any(d.restart for d in giving_up)
+    line = giving_up[0].lines[-1]
+    assert line[0] == "crit" and "after 3 restarts in the last hour" in line[1] and "not restarting it again for" in line[1]
+    assert "sglang_watchdog_giving_up{unit=\"sglang.service\"} 1" in wd.metrics_text(ticks.cfg, ticks.state, ticks.now)
+    # An hour after the first restart the cap frees one again.
+    ticks.now = restarts[0] + wd.HOUR_S
+    again = ticks.tick(seen(HUNG, wd.UnitState("active", "running", "inv-x", active_since=0.0)))
+    assert again.restart and "3 of 3 this hour" in again.lines[-1][1]
+    assert "sglang_watchdog_restarts_total{unit=\"sglang.service\"} 4" in wd.metrics_text(ticks.cfg, again.state, ticks.now)
+
+
+def test_only_a_stable_run_starts_the_back_off_over(tmp_path: Path) -> None:
+    cfg = config(tmp_path, stable_s=600.0)
+    ticks = Ticks(cfg, interval=60.0)
+    ticks.state.restarts, ticks.state.last_result = 3, "RESTART"
+    decisions = [ticks.tick(seen()) for _ in range(11)]  # 0 .. 600 s of generating
+    assert ticks.state.restarts == 0 and "the restart back-off starts over" in decisions[-1].lines[0][1]
+    assert all(d.lines == [] for d in decisions[1:-1])
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [("directory", "a directory"), ('{"failures": "3"}', "failures = '3'"), ('{"last_restart": NaN}', "last_restart"),
+     ('{"restart_times": [1, "x"]}', "restart_times"), ('{"restarts": 1e30}', "restarts"), ("[]", "not a JSON object")],
+)  # fmt: skip
+def test_a_bad_state_starts_afresh_with_one_line_and_is_written_over(tmp_path: Path, content: str, why: str) -> None:
+    path = tmp_path / "state.json"
+    if content == "directory":
+        path.mkdir()
+    else:
+        path.write_text(content)
+    state, afresh = wd.load_state(str(path))
+    assert state == wd.State() and afresh and why in afresh, afresh
+    wd.save_state(str(path), wd.State(failures=1))
+    assert wd.load_state(str(path)) == (wd.State(failures=1), None)
+
+
+def test_a_clock_set_back_does_not_hold_restarts_for_the_size_of_the_step(tmp_path: Path) -> None:
+    cfg = config(tmp_path, failures=1)
+    state = wd.State(restarts=1, last_restart=1_000_000.0 + 86_400, restart_times=[1_000_000.0 + 86_400],
+                     generated_invocation="inv-1")  # fmt: skip
+    decision = wd.decide(cfg, state, seen(HUNG), 1_000_000.0, 50_000.0)
+    assert words(decision)[:2] == ["CLOCK", "RESTART HELD"]
+    assert decision.state.last_restart == 1_000_000.0 and "in 300s" in decision.lines[1][1]
+    later = wd.decide(cfg, decision.state, seen(HUNG), 1_000_000.0 + 300, 50_300.0)
+    assert later.restart
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--backoff-initial", "nan"), ("--backoff-max", "inf"), ("--timeout", "1e30"),
+                                             ("--failures", "0"), ("--stable", "-5"), ("--max-restarts-per-hour", "x")])  # fmt: skip
+def test_the_cli_refuses_nan_inf_and_numbers_beyond_any_use(tmp_path: Path, flag: str, value: str) -> None:
+    argv = [sys.executable, "-m", "sglang_deploy_host.watchdog", "check", "--unit", "sglang.service", "--service-user", "root",
+            "--url", "http://127.0.0.1:1", "--expected-gpus", "1", "--state-file", str(tmp_path / "s"), flag, value]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2 and flag in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def _squatter(tmp_path: Path, uid: int) -> tuple[subprocess.Popen[str], int, Path]:
+    """An HTTP server bound to a free loopback port as ``uid`` that records every request it receives."""
+    seen_file = tmp_path / "squatter.requests"
+    code = (
+        "import http.server, os, socket, sys\n"
+        f"os.setgid({uid}); os.setuid({uid})\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(8)\n"
+        "print(s.getsockname()[1], flush=True)\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_POST(self):\n"
+        f"        open({str(seen_file)!r}, 'a').write(str(self.headers))\n"
+        "        self.send_response(500); self.end_headers(); self.wfile.write(str(self.headers).encode())\n"
+        "    do_GET = do_POST\n"
+        "srv = http.server.HTTPServer(('127.0.0.1', 0), H, bind_and_activate=False); srv.socket = s\n"
+        "srv.serve_forever()\n"
+    )
+    os.chmod(tmp_path, 0o777)  # the unprivileged squatter writes what it receives here
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    port = int(proc.stdout.readline())  # type: ignore[union-attr]
+    return proc, port, seen_file
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root: run as root")
+def test_a_squatter_on_the_port_never_receives_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """While the unit loads, another local user binds the server's port first: the watchdog sees a socket
+    that is not the service user's, sends nothing, says PORT TAKEN naming the owner, restarts nothing."""
+    squatter, port, received = _squatter(tmp_path, 65534)
+    try:
+        assert wd.listeners("127.0.0.1", port) == [("127.0.0.1", 65534)]
+        cfg = config(tmp_path, url=f"http://127.0.0.1:{port}", env_file=_env_file(tmp_path), api_key_env="SGLANG_API_KEY",
+                     nvidia_smi=str(NVIDIA_SMI), systemctl=str(_fake_systemctl(tmp_path)), journalctl="true",
+                     failures=1, start_grace_s=0.0, service_user="root")  # fmt: skip
+        os.environ["NVIDIA_SMI_FIXTURE_DIR"] = str(FIXTURES / "rtx-pro-6000-8gpu-passthrough")
+        try:
+            assert [wd.check(cfg) for _ in range(3)] == [1, 1, 1]
+        finally:
+            del os.environ["NVIDIA_SMI_FIXTURE_DIR"]
+        out = capsys.readouterr().out
+        assert out.count("sglang-watchdog: PORT TAKEN: ") == 1, out
+        assert f"127.0.0.1:{port} by nobody" in out and "the API key is not sent" in out
+        assert not received.exists(), "the squatter received a request"
+        assert not (tmp_path / "systemctl.calls").exists(), "nothing restarted"
+        # Nothing listening at all (the model still loads): nothing is sent either.
+        assert "nothing listens on 127.0.0.1:1 yet" in wd.generate(config(tmp_path, url="http://127.0.0.1:1"), KEY).what
+    finally:
+        squatter.kill()
+        squatter.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root: run as root")
+def test_the_key_is_masked_in_every_line_even_when_the_server_echoes_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A server (here the service user's own: root in this test) that answers 500 with the request's
+    headers: the journal line quotes its answer, and the key in it is masked."""
+    echo, port, _ = _squatter(tmp_path, 0)
+    try:
+        cfg = config(tmp_path, url=f"http://127.0.0.1:{port}", env_file=_env_file(tmp_path), api_key_env="SGLANG_API_KEY",
+                     nvidia_smi=str(NVIDIA_SMI), systemctl=str(_fake_systemctl(tmp_path)), journalctl="true",
+                     failures=1, start_grace_s=0.0)  # fmt: skip
+        os.environ["NVIDIA_SMI_FIXTURE_DIR"] = str(FIXTURES / "rtx-pro-6000-8gpu-passthrough")
+        try:
+            wd.check(cfg)
+        finally:
+            del os.environ["NVIDIA_SMI_FIXTURE_DIR"]
+        out = capsys.readouterr().out
+        assert "HTTP 500" in out and "Bearer ********" in out, out
+        assert KEY not in out
+    finally:
+        echo.kill()
+        echo.wait()
+
+
+def test_a_busy_server_is_not_restarted_and_a_stalled_one_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both time out on /generate; the busy one's token counters move (a long prefill), the stalled one's
+    do not. Over HTTP against the stand-in, whose /metrics is sglang's names."""
+    results = {}
+    for mode in ("busy", "stall"):
+        server = _standin(tmp_path, mode, "--standin-mode", mode, "--enable-metrics")
+        try:
+            cfg = config(tmp_path, url=server.url, env_file=_env_file(tmp_path), api_key_env="SGLANG_API_KEY",
+                         nvidia_smi=str(NVIDIA_SMI), systemctl=str(_fake_systemctl(tmp_path)), journalctl="true",
+                         failures=2, timeout_s=1.0, start_grace_s=0.0, state_file=str(tmp_path / f"{mode}.json"))  # fmt: skip
+            os.environ["NVIDIA_SMI_FIXTURE_DIR"] = str(FIXTURES / "rtx-pro-6000-8gpu-passthrough")
+            try:
+                results[mode] = [wd.check(cfg) for _ in range(3)]
+            finally:
+                del os.environ["NVIDIA_SMI_FIXTURE_DIR"]
+        finally:
+            server.stop()
+    out = capsys.readouterr().out
+    assert results["busy"] == [0, 0, 0] and out.count("sglang-watchdog: BUSY: ") == 1 and "tokens during the check" in out
+    assert results["stall"] == [1, 1, 1] and "sglang-watchdog: RESTART: " in out
+    assert (tmp_path / "systemctl.calls").read_text().count("restart") == 1  # the stalled one only
+
+
+def test_parse_progress_reads_sglangs_counters_and_nothing_else() -> None:
+    page = (ROOT / "tests/fixtures/real-sglang/day2/sglang-0.5.17-metrics-after-traffic.txt").read_text()
+    seen_ = wd.parse_progress(page)
+    assert seen_.tokens is not None and seen_.tokens > 0 and seen_.running == 0.0
+    assert wd.parse_progress("garbage\nsglang:realtime_tokens_total{mode=\"x\"} NaN\n") == wd.Progress()
+
+
+def _hanging(tmp_path: Path, name: str, body: str) -> str:
+    script = tmp_path / name
+    script.write_text("#!/bin/sh\n" + body + "\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_every_outside_answer_is_bounded_in_time_and_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-smi that hangs or floods, systemctl that hangs: each is stopped at its bound, and the whole
+    tick ends within its budget (TICK_EXTRA_S, shrunk here to 4 s) with no traceback."""
+    flood = _hanging(tmp_path, "nvidia-smi-flood", "exec yes garbage")
+    problems, _ = wd.gpu_check(config(tmp_path, nvidia_smi=flood))
+    assert any("printed more than" in p for p in problems), problems
+    monkeypatch.setattr(wd, "TICK_EXTRA_S", 4.0)
+    cfg = config(tmp_path, nvidia_smi=_hanging(tmp_path, "nvidia-smi-hang", "sleep 600"),
+                 systemctl=_hanging(tmp_path, "systemctl-hang", "sleep 600"),
+                 journalctl=_hanging(tmp_path, "journalctl-hang", "sleep 600"), timeout_s=1.0)  # fmt: skip
+    started = time.monotonic()
+    status = wd.check(cfg)
+    assert time.monotonic() - started < 1.0 + 4.0 + 2.0 and status in (0, 1)
+    assert wd.unit_state(cfg, wd.Budget(0.5)).active_state == "unknown"

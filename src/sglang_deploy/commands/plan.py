@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from sglang_deploy_host import checkpoint as inspector
-from sglang_deploy import architectures, checkpoints, inputfiles, planner, runner, server, variables
-from sglang_deploy.lanes import DEFAULT_LANE, LaneError, load_lane
+from sglang_deploy_host import files
+from sglang_deploy import architectures, checkpoints, inputfiles, planner, runner, server
+from sglang_deploy.lanes import DEFAULT_LANE, Lane, LaneError, load_lane
 from sglang_deploy.launch import LaunchConfig, LaunchConfigError
 
 _console = Console(highlight=False, soft_wrap=True)
@@ -116,31 +116,33 @@ def build_inputs(
     extra: dict[str, Any] = {}
     lane = args.lane
     architecture = args.architecture
-    if args.inventory:
-        host, host_vars = inventory_host_vars(args.inventory, args.host)
-        try:  # the check render and up make first: a typo'd variable is not silently planned without
-            variables.check(host, host_vars, str(runner.project_dir() / "roles"), [args.inventory])
-        except variables.UnknownVariablesError as err:
-            raise planner.PlanError(str(err)) from None
-        notes.append(f"launch flags of {host} from {args.inventory}")
-        profile = args.profile if args.profile is not None else host_vars.get("sglang_server_profile")
-        merged = server.inventory_flags(
-            host_vars.get("sglang_server_flags"),
-            profile,
-            host_vars.get("sglang_server_profiles"),
-            host_vars.get("sglang_server_flags_override"),
+    if args.profile is not None and not args.inventory:
+        raise planner.PlanError(
+            f"--profile {args.profile!r} needs -i: the launch profiles are an inventory's sglang_server_profiles. "
+            "Fix: plan -i INVENTORY --profile NAME (e.g. -i inventory/proxmox), or give the profile's flags themselves"
         )
+    if args.inventory:
+        host, host_inputs = host_plan_inputs(args.inventory, args.host)
+        notes.append(f"launch flags of {host} from {args.inventory}")
+        profile = args.profile if args.profile is not None else host_inputs.get("profile")
+        try:
+            merged = server.inventory_flags(
+                host_inputs.get("flags"), profile, host_inputs.get("profiles"), host_inputs.get("flags_override")
+            )
+        except LaunchConfigError as err:
+            raise planner.PlanError(f"host {host}: {err}") from None
         if profile:
             notes.append(f"launch profile {profile!r}")
         launch_flags = dict(LaunchConfig.from_vars(merged, python="python3").to_dict()["flags"])
         from_flags = planner.inputs_from_flags(launch_flags)
         from_flags.pop("kv_cache_dtype", None)
         values.update(from_flags)
-        raw = host_vars.get(PLAN_VAR) or {}
+        raw = host_inputs.get("memory_plan") or {}
         if not isinstance(raw, dict):
-            raise planner.PlanError(f"{PLAN_VAR} of {host} must be a mapping")
+            raise planner.PlanError(f"host {host}: {PLAN_VAR} must be a mapping, got {type(raw).__name__}")
+        server.check_plan_vars(raw)  # the keys render refuses
         extra = dict(raw)
-        lane = lane or host_vars.get("sglang_common_lane")
+        lane = lane or host_inputs.get("lane")
         architecture = architecture or extra.get("architecture")
     sm_major = extra.get("sm_major")
     if args.gpu_facts:
@@ -160,6 +162,7 @@ def build_inputs(
         values["speculative_algorithm"] = args.speculative_algorithm
     if args.tp_size is not None:
         launch_flags["tp-size"] = args.tp_size
+    check_choices(launch_flags, load_lane(lane or DEFAULT_LANE))
     verdict = _inspect(args.checkpoint) if args.checkpoint else None
     if verdict is not None and not args.model_config and not architecture:
         args.model_config = str(Path(args.checkpoint) / inspector.CONFIG_NAME)
@@ -271,26 +274,58 @@ _FLAG_FIELDS = (
 )
 
 
-def inventory_host_vars(inventory: str, host: str | None) -> tuple[str, dict[str, Any]]:
-    """Host variables as ``ansible-inventory`` sees them (Jinja left unrendered).
+# The planner's inputs of one host as playbooks/plan_inputs.yml writes them: a few KB.
+HOST_INPUTS_MAX_BYTES = 4 << 20
 
-    A broken inventory, or one whose serving group does not hold the host, raises
-    runner.InventoryError (exit 2) instead of planning for nothing.
-    """
+
+def host_plan_inputs(inventory: str, host: str | None) -> tuple[str, dict[str, Any]]:
+    """One serving host's planner inputs as render and up see them: playbooks/plan_inputs.yml renders the
+    role's own inputs (defaults, inventory, every template; the variable check first) into a private
+    directory. A broken inventory, or one whose serving group does not hold the host, raises
+    runner.InventoryError (exit 2) instead of planning for nothing."""
     hosts = runner.serving_hosts([inventory], limit=host)
     if len(hosts) != 1:
         raise planner.PlanError(
             f"inventory {inventory} has {len(hosts)} hosts in {runner.SERVING_GROUP} "
             f"({', '.join(hosts)}). Fix: pass --host NAME"
         )
-    command = [runner.ansible_executable("ansible-inventory"), "-i", inventory, "--host", hosts[0]]
-    done = subprocess.run(
-        command, capture_output=True, text=True, env={**os.environ, **runner.ansible_env()},
-        timeout=120, check=False,
-    )
-    if done.returncode != 0:
-        raise planner.PlanError(f"{' '.join(command)} failed: {done.stderr.strip()[-500:]}")
-    return hosts[0], json.loads(done.stdout)
+    with tempfile.TemporaryDirectory(prefix="sglang-deploy-plan-") as out:
+        run = runner.run_playbook(
+            "playbooks/plan_inputs.yml", [inventory], extravars={"sglang_deploy_plan_out": out},
+            limit=hosts[0], title="plan", live=False,
+        )  # fmt: skip
+        if run.rc != 0:
+            why = "; ".join(run.failures) or f"ansible-playbook exited {run.rc}"
+            raise planner.PlanError(f"reading {hosts[0]} from {inventory}: {why} (artifacts: {run.artifacts})")
+        path = Path(out) / f"{hosts[0]}.json"
+        try:
+            data = json.loads(files.read_regular_file(path, HOST_INPUTS_MAX_BYTES).decode("utf-8"))
+        except (OSError, ValueError, files.UnreadableFileError) as err:
+            raise planner.PlanError(f"reading {hosts[0]} from {inventory}: {path}: {err}") from None
+    if not isinstance(data, dict):
+        raise planner.PlanError(f"reading {hosts[0]} from {inventory}: not the planner's inputs")
+    return hosts[0], data
+
+
+def check_choices(launch_flags: dict[str, Any], lane: Lane) -> None:
+    """A PlanError for a flag value the lane's sglang does not take (its recorded choices), or a speculative
+    algorithm the planner does not model; what the plan reads must be what the server would launch with."""
+    normalized = {str(k).lstrip("-").replace("_", "-"): v for k, v in launch_flags.items()}
+    for flag, choices in lane.choices:
+        value = normalized.get(flag)
+        if value is None or value is False:
+            continue
+        if str(value) not in choices:
+            raise planner.PlanError(
+                f"--{flag} {value!r} is not a value sglang {lane.sglang} takes (lane {lane.name}). Fix: one of "
+                f"{', '.join(choices)}"
+            )
+    algorithm = normalized.get("speculative-algorithm")
+    if algorithm and str(algorithm).upper() not in planner.SPECULATIVE_ALGORITHMS:
+        raise planner.PlanError(
+            f"--speculative-algorithm {algorithm}: sglang {lane.sglang} takes it, but the memory planner models only "
+            f"{', '.join(planner.SPECULATIVE_ALGORITHMS)}; plan its memory on the GPU (sglang-deploy bench) instead"
+        )
 
 
 def _print_table(result: planner.Plan, notes: list[str]) -> None:
