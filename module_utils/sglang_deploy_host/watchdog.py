@@ -97,8 +97,9 @@ COMMAND_MAX_BYTES = 4 * 1024 * 1024
 NVIDIA_SMI_TIMEOUT_S = 60.0
 METRICS_TIMEOUT_S = 10.0
 # What one tick may take beyond its generation (--timeout): systemctl show, journalctl, systemctl restart
-# (10 s each), nvidia-smi's two queries (60 s each), /metrics (10 s), /proc/net and the files (~1 s).
-TICK_EXTRA_S = 3 * COMMAND_TIMEOUT_S + 2 * NVIDIA_SMI_TIMEOUT_S + METRICS_TIMEOUT_S + 10.0
+# (10 s each), nvidia-smi's two queries (60 s each), /metrics before and after (10 s each), /proc/net and
+# the files (~1 s). Every call gets its own bound or what is left of this, the smaller (Budget).
+TICK_EXTRA_S = 3 * COMMAND_TIMEOUT_S + 2 * NVIDIA_SMI_TIMEOUT_S + 2 * METRICS_TIMEOUT_S + 10.0
 # /proc/net/tcp{,6} lists every socket of the host, ~150 bytes each: read at most this much of each.
 PROC_NET_MAX_BYTES = 64 * 1024 * 1024
 # Restart times kept in the state (the hourly cap needs the last hour's).
@@ -343,7 +344,7 @@ def xid_codes(lines: Sequence[str]) -> List[tuple]:
 
 
 # -- who holds the server's port -------------------------------------------------------------------
-def _proc_net_address(text: str) -> ipaddress._BaseAddress:
+def _proc_net_address(text: str) -> "ipaddress.IPv4Address | ipaddress.IPv6Address":
     """An address as /proc/net/tcp{,6} writes it: hex, each 32-bit word in the host's (little-endian) order."""
     raw = bytes.fromhex(text)
     words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
