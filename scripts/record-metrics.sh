@@ -78,7 +78,8 @@ import sys, time
 from sglang_deploy_host import watchdog as wd
 now = time.time()
 config = wd.Config(unit="sglang.service", url="http://127.0.0.1:8000", env_file=None, api_key_env=None,
-                   expected_gpus=8, state_file="/dev/null", service_user="sglang")
+                   expected_gpus=8, state_file="/dev/null", failures=3, backoff_initial_s=600, backoff_max_s=7200,
+                   timeout_s=60, start_grace_s=2400, stable_s=3600, max_restarts_per_hour=3, service_user="sglang")
 state = wd.State(failures=3, restarts=3, restarts_total=7, restart_times=[now - 3000, now - 1900, now - 700],
                  giving_up_until=now + 600, last_result=wd.GIVING_UP)
 open(sys.argv[1], "w").write(wd.metrics_text(config, state, now))

@@ -135,23 +135,26 @@ def unit_name(server_unit: str) -> str:
 
 @dataclass(frozen=True)
 class Config:
+    """One check's settings. The numbers have no defaults here: the role's defaults
+    (``sglang_server_watchdog_*``) are their only source, and the unit passes every one."""
+
     unit: str
     url: str
     env_file: Optional[str]
     api_key_env: Optional[str]
     expected_gpus: int
     state_file: str
-    visible_devices: Optional[str] = None
-    failures: int = 3
-    backoff_initial_s: float = 300.0
-    backoff_max_s: float = 3600.0
-    timeout_s: float = 60.0
-    start_grace_s: float = 2400.0
+    failures: int
+    backoff_initial_s: float
+    backoff_max_s: float
+    timeout_s: float
+    start_grace_s: float
     # Seconds of generating after which the back-off starts again from its first pause.
-    stable_s: float = 3600.0
-    max_restarts_per_hour: int = 3
+    stable_s: float
+    max_restarts_per_hour: int
     # The unit's User=: the only owner a socket on the server's port may have before the key is sent.
-    service_user: str = "root"
+    service_user: str
+    visible_devices: Optional[str] = None
     metrics_file: Optional[str] = None
     nvidia_smi: str = gpufacts.DEFAULT_NVIDIA_SMI
     journalctl: str = "journalctl"
@@ -771,14 +774,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     run.add_argument("--visible-devices", help="the unit's CUDA_VISIBLE_DEVICES, if it sets one")
     run.add_argument("--state-file", required=True, help="the watchdog's state (in its StateDirectory=)")
     run.add_argument("--metrics-file", help="node_exporter textfile collector file the watchdog writes (optional)")
-    run.add_argument("--failures", type=small, default=3, help="failed checks in a row before a restart")
-    run.add_argument("--backoff-initial", type=seconds, default=300.0, help="pause after the first restart (s)")
-    run.add_argument("--backoff-max", type=seconds, default=3600.0, help="longest pause between restarts (s)")
-    run.add_argument("--stable", type=seconds, default=3600.0, help="seconds of generating that start the back-off over")
-    run.add_argument("--max-restarts-per-hour", type=small, default=3, help="restarts in any hour before it gives up")
-    run.add_argument("--timeout", type=_bounded(float, 1, 3600), default=60.0, help="the generation's deadline (s)")
-    run.add_argument("--start-grace", type=_bounded(float, 0, MAX_SECONDS), default=2400.0,
-                     help="seconds a started server may take to generate")  # fmt: skip
+    # No defaults: the role's sglang_server_watchdog_* are the only source, and its unit passes each.
+    settings = run.add_argument_group("settings (the unit passes each from sglang_server_watchdog_*)")
+    settings.add_argument("--failures", type=small, required=True, help="failed checks in a row before a restart")
+    settings.add_argument("--backoff-initial", type=seconds, required=True, help="pause after the first restart (s)")
+    settings.add_argument("--backoff-max", type=seconds, required=True, help="longest pause between restarts (s)")
+    settings.add_argument("--stable", type=seconds, required=True, help="seconds of generating that start the back-off over")
+    settings.add_argument("--max-restarts-per-hour", type=small, required=True, help="restarts in any hour before it gives up")
+    settings.add_argument("--timeout", type=_bounded(float, 1, 3600), required=True, help="the generation's deadline (s)")
+    settings.add_argument("--start-grace", type=_bounded(float, 0, MAX_SECONDS), required=True,
+                          help="seconds a started server may take to generate")  # fmt: skip
     run.add_argument("--nvidia-smi", default=gpufacts.DEFAULT_NVIDIA_SMI, help="nvidia-smi to run")
     args = parser.parse_args(argv)
     if not SERVICE_NAME.fullmatch(args.unit):

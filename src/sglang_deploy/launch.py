@@ -145,7 +145,7 @@ class LaunchConfig:
     # -- reading -------------------------------------------------------------------------------
     def flag(self, name: str) -> Flag | None:
         """The flag called ``name`` or any of its aliases, if set."""
-        wanted = set(_GROUP_OF.get(_normalize(name), (_normalize(name),)))
+        wanted = set(_GROUP_OF.get(flag_name(name), (flag_name(name),)))
         return next((f for f in self.flags if f.name in wanted), None)
 
     @property
@@ -313,9 +313,19 @@ def merge_flags(
     return merged
 
 
-def _normalize(name: str) -> str:
-    """``--tp_size`` / ``tp_size`` / ``tp-size`` all name ``tp-size``."""
-    return name.strip().lstrip("-").replace("_", "-")
+def flag_name(name: object) -> str:
+    """The one spelling of a flag's name: ``--tp_size`` / ``tp_size`` / ``tp-size`` all name ``tp-size``."""
+    return str(name).strip().lstrip("-").replace("_", "-")
+
+
+def normalized_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """``flags`` keyed by :func:`flag_name` (a later spelling of one flag wins, as in a merge)."""
+    return {flag_name(key): value for key, value in flags.items()}
+
+
+def flag_key(flags: Mapping[str, Any], name: str) -> str:
+    """The key ``flags`` spells flag ``name`` with (``--x_y``, ``x_y`` and ``x-y`` are one flag); ``name`` when absent."""
+    return next((str(key) for key in flags if flag_name(key) == name), name)
 
 
 def _present(value: Any) -> bool:
@@ -341,7 +351,7 @@ def _scalar(name: str, value: Any) -> str:
 
 
 def _flag(raw_name: str, value: Any) -> Flag:
-    name = _normalize(raw_name)
+    name = flag_name(raw_name)
     name = ABBREVIATIONS.get(name, name)
     if value is True:
         return Flag(name, True)

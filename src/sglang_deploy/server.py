@@ -38,7 +38,10 @@ from sglang_deploy.lanes import Lane, LaneError, load_lane
 from sglang_deploy.launch import (
     LaunchConfig,
     LaunchConfigError,
+    flag_key,
+    flag_name,
     merge_flags,
+    normalized_flags,
     profile_flags,
 )
 
@@ -217,7 +220,7 @@ def _resolve(
         additions["api-key"] = {"env": API_KEY_ENV}
     if plan is not None and str(plan["requested"]) == "auto":
         # Under the key the inventory spelled it with (mem_fraction_static too), replacing `auto`.
-        additions[_flag_key(flags, "mem-fraction-static")] = plan["mem_fraction_static"]
+        additions[flag_key(flags, "mem-fraction-static")] = plan["mem_fraction_static"]
     flags = merge_flags(flags, additions)
     # 5. the launch, its exposure, the endpoint
     config = LaunchConfig.from_vars(
@@ -285,7 +288,7 @@ def _origin(inputs: ServerInputs, name: str) -> str:
         ("sglang_server_flags_override", inputs.flags_override),
         (f"sglang_server_profile {inputs.profile!r}", (inputs.profiles or {}).get(inputs.profile) if inputs.profile else None),
     ):
-        if isinstance(part, Mapping) and any(str(k).lstrip("-").replace("_", "-") == name for k in part):
+        if isinstance(part, Mapping) and any(flag_name(k) == name for k in part):
             return label
     return "sglang_server_flags"
 
@@ -305,7 +308,7 @@ def model_path(inputs: ServerInputs) -> str:
     not a plain path (the hub id of a model sglang downloads itself, a value from the environment)."""
     flags = inventory_flags(inputs.flags, inputs.profile, inputs.profiles, inputs.flags_override)
     names = ("model-path", "model")
-    value = next((v for k, v in flags.items() if str(k).lstrip("-").replace("_", "-") in names and v not in (None, False)), None)
+    value = next((v for k, v in flags.items() if flag_name(k) in names and v not in (None, False)), None)
     return value if isinstance(value, str) and value.startswith("/") else ""
 
 
@@ -313,7 +316,7 @@ def _requires_mounts_for(flags: Mapping[str, Any], jit_cache: Mapping[str, Any])
     """What the unit waits for (``RequiresMountsFor=``): the model's directory and the kept caches' disk (the
     ml-env's venv is there too when the store is on it), so a weights disk that did not mount (it is ``nofail``)
     stops the unit with the mount's name instead of a load that cannot find its files."""
-    paths = [flags.get(_flag_key(flags, name)) for name in ("model-path", "model")]  # sglang's two spellings
+    paths = [flags.get(flag_key(flags, name)) for name in ("model-path", "model")]  # sglang's two spellings
     paths += [jit_cache["root"]] if jit_cache else []
     kept: list[str] = []
     for path in paths:
@@ -370,7 +373,7 @@ def _memory_plan(
     """The planner's verdict on --mem-fraction-static, or None when there is nothing to judge (the
     flag is absent, or an explicit fraction without GPU facts or ``gpu_memory_mib``)."""
     plan_vars = dict(inputs.memory_plan or {})
-    requested = flags.get(_flag_key(flags, "mem-fraction-static"))
+    requested = flags.get(flag_key(flags, "mem-fraction-static"))
     if requested is None or requested is False:
         return None
     if facts is None and "gpu_memory_mib" not in plan_vars:
@@ -428,7 +431,7 @@ def plan_for_flags(
     Returns ``Plan.to_dict()`` plus ``requested`` (the flag as given), ``explanation`` and
     ``mem_fraction_static`` (the number to launch with: the recommendation for ``auto``).
     """
-    normalized = {str(k).lstrip("-").replace("_", "-"): v for k, v in flags.items()}
+    normalized = normalized_flags(flags)
     requested = normalized.get("mem-fraction-static")
     values = planner.inputs_from_flags(normalized)
     values.pop("kv_cache_dtype", None)
@@ -471,11 +474,6 @@ def plan_for_flags(
     # auto -> the recommendation (an error when there is none); absent -> None (sglang's own heuristic).
     out["mem_fraction_static"] = result.fraction_to_launch(requested)
     return out
-
-
-def _flag_key(flags: Mapping[str, Any], name: str) -> str:
-    """The key ``flags`` spells flag ``name`` with (``--x_y``, ``x_y`` and ``x-y`` are one flag)."""
-    return next((str(k) for k in flags if str(k).lstrip("-").replace("_", "-") == name), name)
 
 
 def _endpoint(inputs: ServerInputs, flags: Mapping[str, Any], host: str) -> Endpoint:

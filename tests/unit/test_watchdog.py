@@ -21,6 +21,9 @@ from sglang_deploy_host import watchdog as wd
 from sglang_deploy_host.systemd import env_file_line
 
 KEY = "watchdog-test-key"
+# The settings the unit passes (the role's defaults), for the tests that run the program itself.
+SETTINGS = ["--failures", "3", "--backoff-initial", "600", "--backoff-max", "7200", "--stable", "3600",
+            "--max-restarts-per-hour", "3", "--timeout", "60", "--start-grace", "2400"]  # fmt: skip
 NVIDIA_SMI = ROOT / "tests" / "standin" / "nvidia-smi"
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 # A line as the NVIDIA driver writes it to the kernel log (the Xid catalog's format).
@@ -31,7 +34,8 @@ XID_13 = "NVRM: Xid (PCI:0000:01:00): 13, pid=4242, name=python3, Graphics SM Wa
 def config(tmp_path: Path, **changes: object) -> wd.Config:
     values: dict = dict(unit="sglang.service", url="http://127.0.0.1:9", env_file=None, api_key_env=None,
                         expected_gpus=8, state_file=str(tmp_path / "state.json"), failures=3,
-                        backoff_initial_s=300.0, backoff_max_s=1000.0, timeout_s=5.0, start_grace_s=600.0)  # fmt: skip
+                        backoff_initial_s=300.0, backoff_max_s=1000.0, timeout_s=5.0, start_grace_s=600.0,
+                        stable_s=3600.0, max_restarts_per_hour=3, service_user="root")  # fmt: skip
     values.update(changes)
     return wd.Config(**values)  # type: ignore[arg-type]
 
@@ -306,7 +310,7 @@ def test_the_program_runs_from_the_files_the_role_installs(tmp_path: Path) -> No
                              "import runpy; sys.argv = ['w', '--help']; runpy.run_module('sglang_deploy_host.watchdog', run_name='__main__')",
                              str(tmp_path)], capture_output=True, text=True, timeout=30, check=False, env=env)  # fmt: skip
     assert helped.returncode == 0 and "check" in helped.stdout, helped.stderr
-    bad = subprocess.run([sys.executable, "-m", "sglang_deploy_host.watchdog", "check", "--unit", "sglang; rm", "--service-user", "root",
+    bad = subprocess.run([sys.executable, "-m", "sglang_deploy_host.watchdog", "check", "--unit", "sglang; rm", "--service-user", "root", *SETTINGS,
                           "--url", "http://127.0.0.1:1", "--expected-gpus", "1", "--state-file", str(tmp_path / "s")],
                          capture_output=True, text=True, timeout=30, check=False, env=env, cwd="/")  # fmt: skip
     assert bad.returncode == 2 and "is not a service unit name" in bad.stderr
@@ -394,7 +398,7 @@ def test_a_clock_set_back_does_not_hold_restarts_for_the_size_of_the_step(tmp_pa
                                              ("--failures", "0"), ("--stable", "-5"), ("--max-restarts-per-hour", "x")])  # fmt: skip
 def test_the_cli_refuses_nan_inf_and_numbers_beyond_any_use(tmp_path: Path, flag: str, value: str) -> None:
     argv = [sys.executable, "-m", "sglang_deploy_host.watchdog", "check", "--unit", "sglang.service", "--service-user", "root",
-            "--url", "http://127.0.0.1:1", "--expected-gpus", "1", "--state-file", str(tmp_path / "s"), flag, value]  # fmt: skip
+            "--url", "http://127.0.0.1:1", "--expected-gpus", "1", "--state-file", str(tmp_path / "s"), *SETTINGS, flag, value]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 2 and flag in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not (tmp_path / "s").exists()

@@ -21,7 +21,7 @@ from sglang_deploy_host import checkpoint as inspector
 from sglang_deploy_host import files
 from sglang_deploy import architectures, checkpoints, inputfiles, planner, runner, server
 from sglang_deploy.lanes import DEFAULT_LANE, Lane, LaneError, load_lane
-from sglang_deploy.launch import LaunchConfig, LaunchConfigError
+from sglang_deploy.launch import LaunchConfig, LaunchConfigError, normalized_flags
 
 _console = Console(highlight=False, soft_wrap=True)
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -310,7 +310,7 @@ def host_plan_inputs(inventory: str, host: str | None) -> tuple[str, dict[str, A
 def check_choices(launch_flags: dict[str, Any], lane: Lane) -> None:
     """A PlanError for a flag value the lane's sglang does not take (its recorded choices), or a speculative
     algorithm the planner does not model; what the plan reads must be what the server would launch with."""
-    normalized = {str(k).lstrip("-").replace("_", "-"): v for k, v in launch_flags.items()}
+    normalized = normalized_flags(launch_flags)
     for flag, choices in lane.choices:
         value = normalized.get(flag)
         if value is None or value is False:
