@@ -72,4 +72,9 @@ def test_systemd_hands_over_the_profile_environment(probe_output) -> None:
 
 def test_probe_ran_as_the_service_user(host, probe_output, service_user: str) -> None:
     assert probe_output["uid"] == str(host.user(service_user).uid)
-    assert probe_output["env"]["HOME"] == "/var/lib/sglang"
+    # HOME is the service's own directory under the data root (the root itself is root's alone):
+    # sglang's caches (~/.cache: triton, flashinfer, deep_gemm JIT) must land where the service may write.
+    home = probe_output["env"]["HOME"]
+    assert home == "/var/lib/sglang/home"
+    assert host.file(home).is_directory and host.file(home).user == service_user
+    assert host.file("/var/lib/sglang").user == "root"
