@@ -25,7 +25,6 @@ holds variable names only, so printing it (``-v``, ``render --json``) shows no s
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -33,7 +32,8 @@ from typing import Any
 
 from sglang_deploy_host import endpoint, gpufacts, systemd
 from sglang_deploy_host import watchdog as host_watchdog
-from sglang_deploy import architectures, checkpoints, fp4_gemm, jitcache, planner, preflight
+from sglang_deploy import checkpoints, fp4_gemm, jitcache, planner, preflight
+from sglang_deploy.plan_inputs import PLAN_VAR, PlanSources, plan_inputs
 from sglang_deploy.lanes import Lane, LaneError, load_lane
 from sglang_deploy.launch import (
     LaunchConfig,
@@ -48,8 +48,6 @@ from sglang_deploy.launch import (
 API_KEY_ENV = "SGLANG_API_KEY"
 """The env file variable holding ``sglang_server_api_key``; ``--api-key`` reads it in-process."""
 STATES = ("started", "stopped", "installed")
-# sglang_server_memory_plan keys that are not PlanInputs fields.
-PLAN_VAR_EXTRAS = frozenset({"sm_major", "architecture"})
 
 
 class ResolveError(ValueError):
@@ -396,19 +394,6 @@ def _memory_plan(
     return result
 
 
-def check_plan_vars(plan_vars: Mapping[str, Any]) -> None:
-    """PlanError naming the keys of ``sglang_server_memory_plan`` that are no planner input (a typo), the closest
-    known one each: render, up and ``plan -i`` refuse them alike."""
-    known = sorted(set(planner.PlanInputs.__dataclass_fields__) | PLAN_VAR_EXTRAS)
-    unknown = sorted(str(k) for k in plan_vars if k not in known)
-    if unknown:
-        close = {name: difflib.get_close_matches(name, known, n=1) for name in unknown}
-        hints = "; ".join(f"{name}: did you mean {match[0]}?" for name, match in close.items() if match)
-        raise planner.PlanError(
-            f"sglang_server_memory_plan has unknown keys {unknown}" + (f" ({hints})" if hints else "") + f"; known: {known}"
-        )
-
-
 def plan_for_flags(
     flags: Mapping[str, Any],
     *,
@@ -418,56 +403,22 @@ def plan_for_flags(
     count_used_memory: bool = False,
     draft: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """The memory plan for a host's merged launch flags.
-
-    ``plan_vars`` is ``sglang_server_memory_plan``: ``architecture`` (a known one, e.g. glm-5: the KV
-    cell, page size and memory terms follow from it and the flags, for ``lane``'s sglang), sm_major
-    (without facts), weights_gib_per_gpu, gpu_memory_mib without facts, and any PlanInputs field
-    (which wins over what the architecture gives). ``count_used_memory`` subtracts the memory the
-    facts show in use; off for the role: a run against a serving host sees its own server's memory,
-    and ``auto`` must resolve to the same number on every run (idempotence). ``draft`` is the inspected
-    draft's memory (checkpoints.draft_memory), which wins over the estimates.
+    """The memory plan for a host's merged launch flags; its inputs come the one road ``plan`` takes too
+    (plan_inputs.py: the flags, ``sglang_server_memory_plan`` with its ``architecture``, the inspected
+    ``draft``, the GPU facts).
 
     Returns ``Plan.to_dict()`` plus ``requested`` (the flag as given), ``explanation`` and
     ``mem_fraction_static`` (the number to launch with: the recommendation for ``auto``).
     """
-    normalized = normalized_flags(flags)
-    requested = normalized.get("mem-fraction-static")
-    values = planner.inputs_from_flags(normalized)
-    values.pop("kv_cache_dtype", None)
-    extra = dict(plan_vars or {})
-    check_plan_vars(extra)
-    sm_major = extra.pop("sm_major", None)
-    summary = planner.gpu_facts_summary(dict(gpu_facts)) if gpu_facts else None
-    if summary is not None:
-        sm_major = summary.get("sm_major", sm_major)
-    name = extra.pop("architecture", None)
-    if name is not None:
-        try:
-            config = architectures.config(str(name))
-            version = load_lane(lane).sglang
-        except (KeyError, LaneError) as err:
-            raise planner.PlanError(f"sglang_server_memory_plan.architecture: {err}") from None
-        derived, _notes = planner.architecture_inputs(
-            config, normalized, sm_major=sm_major, sglang_version=version, architecture=str(name)
-        )
-        values.update(derived)
-    values.update(extra)
-    values.update(draft or {})
-    if summary is not None:
-        values["gpu_memory_mib"] = summary["gpu_memory_mib"]
-        if count_used_memory:
-            values["gpu_memory_used_mib"] = summary["gpu_memory_used_mib"]
-    if not values.get("gpu_memory_mib"):
-        raise planner.PlanError(
-            "no GPU memory size: gather the host's GPU facts first, or set sglang_server_memory_plan.gpu_memory_mib"
-        )
-    if values.get("cuda_graph_bs") is not None:
-        values["cuda_graph_bs"] = tuple(values["cuda_graph_bs"])
-    try:
-        result = planner.plan(planner.PlanInputs(**values))
-    except TypeError as err:
-        raise planner.PlanError(str(err)) from None
+    requested = normalized_flags(flags).get("mem-fraction-static")
+    sources = PlanSources(
+        flags=flags, lane=lane, plan_vars=plan_vars or {}, gpu_facts=gpu_facts,
+        count_used_memory=count_used_memory, draft=draft or {},
+    )  # fmt: skip
+    inputs, _notes = plan_inputs(
+        sources, no_memory_fix=f"gather the host's GPU facts first, or set {PLAN_VAR}.gpu_memory_mib"
+    )
+    result = planner.plan(inputs)
     out = result.to_dict()
     out["requested"] = requested
     out["explanation"] = result.explanation()

@@ -6,9 +6,11 @@ sglang does not take, a profile of the wrong shape and a draft beyond any GPU ar
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,8 @@ import yaml
 from conftest import ROOT
 
 from sglang_deploy import cli
+from sglang_deploy.plan_inputs import PlanSources, plan_inputs
+from sglang_deploy.planner import PlanError
 
 SEED_BOX = ["--gpu-memory-mib", "97887", "--tp-size", "8", "--weights-gib-per-gpu", "50", "--kv-bytes-per-token", "1000"]
 
@@ -106,3 +110,61 @@ def test_plan_reads_templated_group_variables_as_render_does(host: str) -> None:
 def test_plan_refuses_a_misspelt_variable_as_render_does(tmp_path: Path) -> None:
     err = _one_line(_plan("-i", str(_inventory(tmp_path, sglang_server_flag_override={"port": 9000}))))
     assert "sglang_server_flag_override" in err and "Did you mean sglang_server_flags_override?" in err
+
+
+def test_plan_and_render_launch_the_same_auto_fraction(tmp_path: Path) -> None:
+    """One road (plan_inputs.py): the fraction render writes into ExecStart for `auto` is the one `plan -i`
+    recommends, for the same host and profile."""
+    inventory = _inventory(tmp_path, sglang_server_profile="tuned")
+    done = _plan("-i", str(inventory), "--json")
+    assert done.returncode == 0, done.stderr
+    recommended = json.loads(done.stdout)["recommended_mem_fraction_static"]
+    rendered = subprocess.run(
+        [str(Path(sys.executable).with_name("sglang-deploy")), "render", "-i", str(inventory), "--out",
+         str(tmp_path / "out"), "--no-validate"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "SGLANG_API_KEY": "a-key-for-the-test-0123456789"},
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stdout + rendered.stderr
+    unit = (tmp_path / "out" / "glm5-01" / "sglang.service").read_text()
+    assert recommended is not None and f" --mem-fraction-static {recommended} " in unit, (recommended, unit)
+
+
+GLM5_BOX = {"architecture": "glm-5", "gpu_memory_mib": 97887, "sm_major": 12, "weights_gib_per_gpu": 60.95}
+TUNED_FLAGS = {"tp-size": 8, "mem-fraction-static": "auto", "kv-cache-dtype": "auto", "quantization": "modelopt_fp4"}
+
+
+def _facts(total_mib: int, used_mib: int = 0, cap: str = "12.0") -> dict[str, object]:
+    gpu = {"memory_total_mib": total_mib, "memory_used_mib": used_mib, "compute_cap": cap}
+    return {"gpus": [gpu] * 8}
+
+
+def test_later_sources_win_in_the_documented_order() -> None:
+    """flags < architecture < sglang_server_memory_plan < draft < GPU facts < overrides."""
+    road = PlanSources(flags=TUNED_FLAGS, lane="cu128", plan_vars={**GLM5_BOX, "page_size": 32})
+    inputs, notes = plan_inputs(road, no_memory_fix="x")
+    assert inputs.page_size == 32 and inputs.gpu_memory_mib == 97887 and inputs.tp_size == 8  # the plan var's page
+    assert any("rules of sglang" in note for note in notes)
+    measured, _ = plan_inputs(replace(road, gpu_facts=_facts(95000, used_mib=700)), no_memory_fix="x")
+    assert measured.gpu_memory_mib == 95000 and not measured.gpu_memory_used_mib  # facts beat the declared size
+    counted, _ = plan_inputs(replace(road, gpu_facts=_facts(95000, 700), count_used_memory=True), no_memory_fix="x")
+    assert counted.gpu_memory_used_mib == 700
+    drafted, _ = plan_inputs(replace(road, draft={"draft_weights_gib_per_gpu": 2.928}), no_memory_fix="x")
+    assert drafted.draft_weights_gib_per_gpu == 2.928
+    overridden, _ = plan_inputs(
+        replace(road, gpu_facts=_facts(95000), overrides={"gpu_memory_mib": 80000.0, "tp_size": 4}), no_memory_fix="x"
+    )
+    assert overridden.gpu_memory_mib == 80000.0 and overridden.tp_size == 4
+
+
+def test_the_road_refuses_what_it_cannot_read() -> None:
+    with pytest.raises(PlanError, match=r"sglang_server_memory_plan has unknown keys \['page_sise'\] \(page_sise: did you mean page_size\?\)"):
+        plan_inputs(PlanSources(flags=TUNED_FLAGS, lane="cu128", plan_vars={**GLM5_BOX, "page_sise": 1}), no_memory_fix="x")
+    with pytest.raises(PlanError, match=r"^sglang_server_memory_plan.architecture: unknown architecture 'glm-4'"):
+        plan_inputs(PlanSources(flags=TUNED_FLAGS, lane="cu128", plan_vars={"architecture": "glm-4"}), no_memory_fix="x")
+    with pytest.raises(PlanError, match=r"^--architecture: unknown architecture 'glm-4'"):
+        plan_inputs(PlanSources(flags=TUNED_FLAGS, lane="cu128", architecture="glm-4"), no_memory_fix="x")
+    with pytest.raises(PlanError, match=r"^no GPU memory size\. Fix: set it$"):
+        plan_inputs(PlanSources(flags=TUNED_FLAGS, lane="cu128", plan_vars={"architecture": "glm-5", "sm_major": 12}), no_memory_fix="set it")
+    with pytest.raises(PlanError, match="lane"):
+        plan_inputs(PlanSources(flags=TUNED_FLAGS, lane="cu999", plan_vars=GLM5_BOX), no_memory_fix="x")

@@ -19,15 +19,14 @@ from rich.table import Table
 
 from sglang_deploy_host import checkpoint as inspector
 from sglang_deploy_host import files
-from sglang_deploy import architectures, checkpoints, inputfiles, planner, runner, server
+from sglang_deploy import architectures, checkpoints, inputfiles, plan_inputs, planner, runner, server
+from sglang_deploy.plan_inputs import PLAN_VAR
 from sglang_deploy.lanes import DEFAULT_LANE, Lane, LaneError, load_lane
 from sglang_deploy.launch import LaunchConfig, LaunchConfigError, normalized_flags
 
 _console = Console(highlight=False, soft_wrap=True)
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-# Host variable holding planner inputs the launch flags do not carry (weights, cell size, ...).
-PLAN_VAR = "sglang_server_memory_plan"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -108,14 +107,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def build_inputs(
     args: argparse.Namespace,
 ) -> tuple[planner.PlanInputs, list[str], checkpoints.Verdict | None]:
-    """Merge inventory, GPU facts, model files and flags into :class:`planner.PlanInputs`; with
-    ``--checkpoint``, its verdict (a launch it cannot serve is a PlanError)."""
+    """The planner's inputs of the command line: the files and options read here, then the one road render and
+    up take (plan_inputs.py); with ``--checkpoint``, its verdict (a launch it cannot serve is a PlanError)."""
     notes: list[str] = []
-    values: dict[str, Any] = {}
     launch_flags: dict[str, Any] = {}
-    extra: dict[str, Any] = {}
+    plan_vars: dict[str, Any] = {}
     lane = args.lane
-    architecture = args.architecture
     if args.profile is not None and not args.inventory:
         raise planner.PlanError(
             f"--profile {args.profile!r} needs -i: the launch profiles are an inventory's sglang_server_profiles. "
@@ -134,74 +131,33 @@ def build_inputs(
         if profile:
             notes.append(f"launch profile {profile!r}")
         launch_flags = dict(LaunchConfig.from_vars(merged, python="python3").to_dict()["flags"])
-        from_flags = planner.inputs_from_flags(launch_flags)
-        from_flags.pop("kv_cache_dtype", None)
-        values.update(from_flags)
-        raw = host_inputs.get("memory_plan") or {}
-        if not isinstance(raw, dict):
-            raise planner.PlanError(f"host {host}: {PLAN_VAR} must be a mapping, got {type(raw).__name__}")
-        server.check_plan_vars(raw)  # the keys render refuses
-        extra = dict(raw)
+        plan_vars = host_inputs.get("memory_plan") or {}
+        if not isinstance(plan_vars, dict):
+            raise planner.PlanError(f"host {host}: {PLAN_VAR} must be a mapping, got {type(plan_vars).__name__}")
         lane = lane or host_inputs.get("lane")
-        architecture = architecture or extra.get("architecture")
-    sm_major = extra.get("sm_major")
-    if args.gpu_facts:
-        summary = planner.gpu_facts_summary(_read_json(args.gpu_facts, "--gpu-facts"))
-        notes.append(
-            f"GPU facts: {summary['gpu_count']} GPUs, smallest {summary['gpu_memory_mib']:.0f} MiB"
-        )
-        sm_major = summary.pop("sm_major", sm_major)
-        summary.pop("gpu_count")
-        values.update(summary)
-    if args.sm_major is not None:
-        sm_major = args.sm_major
+    lane = lane or DEFAULT_LANE
     for name in ("kv_cache_dtype", "attention_backend", "dsa_prefill_backend", "dsa_decode_backend", "speculative_algorithm"):
         if getattr(args, name):
             launch_flags[name.replace("_", "-")] = getattr(args, name)
-    if args.speculative_algorithm:
-        values["speculative_algorithm"] = args.speculative_algorithm
     if args.tp_size is not None:
         launch_flags["tp-size"] = args.tp_size
-    check_choices(launch_flags, load_lane(lane or DEFAULT_LANE))
+    check_choices(launch_flags, load_lane(lane))
     verdict = _inspect(args.checkpoint) if args.checkpoint else None
-    if verdict is not None and not args.model_config and not architecture:
+    if verdict is not None and not args.model_config and not args.architecture and not plan_vars.get("architecture"):
         args.model_config = str(Path(args.checkpoint) / inspector.CONFIG_NAME)
-    config = None
-    if args.model_config:
-        config = _read_json(args.model_config, "--model-config")
-        beside = Path(args.model_config).with_name("hf_quant_config.json")
-        quant_path = Path(args.hf_quant_config) if args.hf_quant_config else beside
-        # Its kv_cache_quant_algo decides what `auto` means. Named, it must be there; beside config.json,
-        # whatever is there is read (a FIFO or a directory of that name is refused, not skipped).
-        if args.hf_quant_config or inputfiles.exists(quant_path):
-            config = {**config, "quantization_config": _read_json(str(quant_path), "--hf-quant-config")}
-    elif architecture:
-        try:
-            config = architectures.config(str(architecture))
-        except KeyError as err:
-            raise planner.PlanError(f"{PLAN_VAR}.architecture: {err.args[0]}") from None
-    if config is not None:
-        version = load_lane(lane or DEFAULT_LANE).sglang
-        derived, derived_notes = planner.architecture_inputs(
-            config, launch_flags, sm_major=sm_major, sglang_version=version,
-            architecture=str(architecture) if architecture and not args.model_config else None,
-        )  # fmt: skip
-        notes += derived_notes + [f"rules of sglang {version} (lane {lane or DEFAULT_LANE})"]
-        values.update(derived)
-    # What the inventory spells out wins over what the architecture gives; the command line over both.
-    values.update({k: v for k, v in extra.items() if k in _PLAN_FIELDS})
+    overrides: dict[str, Any] = {}
     for name in _FLAG_FIELDS:
         value = getattr(args, name, None)
         if value is not None:
-            values[name] = tuple(value) if isinstance(value, list) else value
-    tp = int(values.get("tp_size", 1))
+            overrides[name] = tuple(value) if isinstance(value, list) else value
+    tp = int(overrides.get("tp_size") or planner.inputs_from_flags(normalized_flags(launch_flags)).get("tp_size") or 1)
+    draft: dict[str, float] = {}
     if verdict is not None:
         launch = LaunchConfig.from_vars(launch_flags, python="python3")
         refused = checkpoints.problems(launch, verdict, where="this launch")
         if refused:
             raise planner.PlanError("; ".join(refused))
         draft = checkpoints.draft_memory(verdict, tp) if checkpoints.self_drafting(launch) else {}
-        values.update(draft)
         notes.append(
             f"checkpoint {args.checkpoint}: {verdict.detail}; speculative decoding: {verdict.speculative}"
             + (f"; the draft loads {draft['draft_weights_gib_per_gpu']:.3f} GiB per GPU at TP {tp} (its headers' bytes, "
@@ -209,24 +165,44 @@ def build_inputs(
         )  # fmt: skip
     if args.safetensors_index and args.weights_gib_per_gpu is None:
         index = _read_json(args.safetensors_index, "--safetensors-index")
-        values["weights_gib_per_gpu"] = round(planner.weights_gib_from_index(index, tp), 3)
+        overrides["weights_gib_per_gpu"] = round(planner.weights_gib_from_index(index, tp), 3)
         notes.append(
-            f"weights {values['weights_gib_per_gpu']} GiB/GPU = index total_size / tp {tp}: a "
+            f"weights {overrides['weights_gib_per_gpu']} GiB/GPU = index total_size / tp {tp}: a "
             "lower bound (replicated layers and load buffers add to it)"
         )
-    if "gpu_memory_mib" not in values:
-        where = f" ({PLAN_VAR} of the inventory's host has no gpu_memory_mib)" if args.inventory else ""
-        raise planner.PlanError(
-            f"no GPU memory size{where}. Fix: pass --gpu-memory-mib (nvidia-smi --query-gpu=memory.total "
-            "--format=csv,noheader,nounits on the GPU host) or --gpu-facts FILE"
-            + (f", or set gpu_memory_mib in {PLAN_VAR}" if args.inventory else "")
-        )
-    if values.get("weights_gib_per_gpu") is None or values.get("kv_bytes_per_token") is None:
+    where = f" ({PLAN_VAR} of the inventory's host has no gpu_memory_mib)" if args.inventory else ""
+    sources = plan_inputs.PlanSources(
+        flags=launch_flags, lane=lane, plan_vars=plan_vars, count_used_memory=True,
+        gpu_facts=_read_json(args.gpu_facts, "--gpu-facts") if args.gpu_facts else None,
+        architecture=args.architecture, model_config=_model_config(args), sm_major=args.sm_major,
+        draft=draft, overrides=overrides,
+    )  # fmt: skip
+    inputs, road_notes = plan_inputs.plan_inputs(
+        sources,
+        no_memory_fix=f"pass --gpu-memory-mib{where} (nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits "
+        "on the GPU host) or --gpu-facts FILE" + (f", or set gpu_memory_mib in {PLAN_VAR}" if args.inventory else ""),
+    )
+    notes += road_notes
+    if inputs.weights_gib_per_gpu is None or inputs.kv_bytes_per_token is None:
         notes.append(
             "kv_tokens not computed: give --weights-gib-per-gpu (or --safetensors-index) and "
             "--kv-bytes-per-token (or --model-config / --architecture)"
         )
-    return planner.PlanInputs(**values), notes, verdict
+    return inputs, notes, verdict
+
+
+def _model_config(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--model-config`` with its quantization config: ``kv_cache_quant_algo`` decides what ``auto`` means. Named,
+    ``--hf-quant-config`` must be there; beside config.json, whatever is there is read (a FIFO or a directory of
+    that name is refused, not skipped)."""
+    if not args.model_config:
+        return None
+    config = _read_json(args.model_config, "--model-config")
+    beside = Path(args.model_config).with_name("hf_quant_config.json")
+    quant_path = Path(args.hf_quant_config) if args.hf_quant_config else beside
+    if args.hf_quant_config or inputfiles.exists(quant_path):
+        config = {**config, "quantization_config": _read_json(str(quant_path), "--hf-quant-config")}
+    return config
 
 
 def _inspect(path: str) -> checkpoints.Verdict:
@@ -264,7 +240,6 @@ def _read_json(path: str, option: str) -> dict[str, Any]:
     return data
 
 
-_PLAN_FIELDS = set(planner.PlanInputs.__dataclass_fields__)
 _FLAG_FIELDS = (
     "gpu_memory_mib", "gpu_memory_used_mib", "tp_size", "weights_gib_per_gpu",
     "kv_bytes_per_token", "page_size", "mem_fraction_static", "chunked_prefill_size",
