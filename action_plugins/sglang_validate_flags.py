@@ -11,9 +11,9 @@ from typing import Any
 
 try:
     from sglang_deploy.lanes import LaneError, load_lane
-    from sglang_deploy.validate_action import ValidateAction
-    from sglang_deploy.validator import validate_flags
-    from sglang_deploy.validator_venv import ValidatorError, ensure_validator_env, torch_source
+    from sglang_deploy.launch.validate_action import ValidateAction
+    from sglang_deploy.launch.validator import validate_flags
+    from sglang_deploy.launch.validator_venv import ValidatorError, ensure_validator_env, torch_source
 except ImportError as exc:
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "

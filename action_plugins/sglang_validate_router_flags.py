@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from sglang_deploy.router import RouterConfigError, flag_argv
-    from sglang_deploy.router_validator import validate_router_argv
-    from sglang_deploy.validate_action import ValidateAction
-    from sglang_deploy.validator_venv import ValidatorError
+    from sglang_deploy.fleet.router import RouterConfigError, flag_argv
+    from sglang_deploy.fleet.router_validator import validate_router_argv
+    from sglang_deploy.launch.validate_action import ValidateAction
+    from sglang_deploy.launch.validator_venv import ValidatorError
 except ImportError as exc:
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "

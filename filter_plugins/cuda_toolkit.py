@@ -1,4 +1,4 @@
-"""Filters for the cuda_toolkit role: each one is a single call into ``sglang_deploy.cudaversion``."""
+"""Filters for the cuda_toolkit role: each one is a single call into ``sglang_deploy.lanes.cudaversion``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from sglang_deploy import cudaversion
+    from sglang_deploy.lanes import cudaversion
 except ImportError as exc:  # a clear message beats a bare "no filter named cuda_toolkit_package"
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "

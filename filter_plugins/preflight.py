@@ -1,4 +1,4 @@
-"""Filters for roles/preflight: each one is a single call into ``sglang_deploy.preflight``."""
+"""Filters for roles/preflight: each one is a single call into ``sglang_deploy.serving.preflight``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from sglang_deploy import preflight
+    from sglang_deploy.serving import preflight
     from sglang_deploy_host import gpufacts
     from sglang_deploy.lanes import LaneError, load_lane
     from sglang_deploy.launch import LaunchConfig, LaunchConfigError

@@ -8,7 +8,8 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from sglang_deploy_host import endpoint, systemd
-    from sglang_deploy import server, variables
+    from sglang_deploy.playbook import variables
+    from sglang_deploy.serving import server
 except ImportError as exc:  # a clear message beats a bare "no filter named sglang_server_resolve"
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "
@@ -24,7 +25,7 @@ def _inputs(values: Any, host: str) -> server.ServerInputs:
 
 
 def sglang_server_resolve(inputs: Any, host: str, gpu_facts: Any = None, checkpoint: Any = None) -> dict[str, Any]:
-    """The host's server resolved once (src/sglang_deploy/server.py): published as the fact
+    """The host's server resolved once (src/sglang_deploy/serving/server.py): published as the fact
     ``sglang_server_resolved`` by roles/sglang_server/tasks/resolve.yml. ``checkpoint``: the host's
     inspection of the served weights (the sglang_checkpoint module's), when there is one."""
     try:
@@ -83,7 +84,7 @@ def sglang_check_variables(
 ) -> bool:
     """True when every role-prefixed variable of ``host`` (``names``) is one a role defines or publishes;
     otherwise an error naming each, the inventory file that sets it and the closest defined name
-    (src/sglang_deploy/variables.py)."""
+    (src/sglang_deploy/playbook/variables.py)."""
     try:
         variables.check(host, {**dict.fromkeys(names or ()), variables.EXTRAS_VAR: extras or []}, roles_dir, list(sources or []))
     except variables.UnknownVariablesError as err:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    from sglang_deploy import doctor
+    from sglang_deploy.observe import doctor
 except ImportError as exc:  # a clear message beats a bare "no filter named sglang_doctor"
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "

@@ -1,5 +1,5 @@
 """Filters for the sglang_router and sglang_rolling roles and the router playbooks: each one is a
-single call into ``sglang_deploy.router``."""
+single call into ``sglang_deploy.fleet.router``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from sglang_deploy import router
+    from sglang_deploy.fleet import router
 except ImportError as exc:  # a clear message beats a bare "no filter named sglang_router_..."
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "

@@ -70,7 +70,14 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_deploy_host import hostkeys, pve
-from ansible.module_utils.sglang_pve_client import HAS_PROXMOXER, PROXMOXER_ERROR, PveApiError, PveClient
+from ansible.module_utils.sglang_pve_client import (
+    AUTH_RULES,
+    HAS_PROXMOXER,
+    PROXMOXER_ERROR,
+    PveApiError,
+    PveClient,
+    module_argument_spec,
+)
 from ansible_collections.community.proxmox.plugins.module_utils.proxmox import proxmox_auth_argument_spec
 
 
@@ -137,21 +144,14 @@ def read_host_keys(client: PveClient, base: str) -> tuple[list[dict[str, Any]], 
 
 
 def main() -> None:
-    argument_spec = proxmox_auth_argument_spec()
-    argument_spec.update(
-        node={"type": "str", "required": True},
+    argument_spec = module_argument_spec(
+        proxmox_auth_argument_spec(),
         vmid={"type": "int", "required": True},
         timeout={"type": "int", "default": 600},
         poll={"type": "float", "default": 5.0},
-        inventory_hostname={"type": "str", "default": ""},
         host_keys={"type": "bool", "default": False},
     )
-    module = AnsibleModule(
-        argument_spec=argument_spec,
-        required_one_of=[("api_password", "api_token_id")],
-        required_together=[("api_token_id", "api_token_secret")],
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **AUTH_RULES)
     p = module.params
     node, vmid = p["node"], p["vmid"]
     where = f"host {p['inventory_hostname'] or '?'}: VM {vmid} on node {pve.shown(node)}"

@@ -127,11 +127,13 @@ pve_version:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_deploy_host import pve, pve_plan
 from ansible.module_utils.sglang_pve_client import (
+    AUTH_RULES,
     HAS_PROXMOXER,
     PROXMOXER_ERROR,
     PveApiError,
     PveClient,
     credentials_fix,
+    module_argument_spec,
     unreachable_fix,
 )
 from ansible_collections.community.proxmox.plugins.module_utils.proxmox import proxmox_auth_argument_spec
@@ -141,23 +143,16 @@ CONNECTOR = pve_plan.Connector(PveClient, PveApiError, unreachable_fix, credenti
 
 
 def main() -> None:
-    argument_spec = proxmox_auth_argument_spec()
-    argument_spec.update(
-        node={"type": "str", "required": True},
+    argument_spec = module_argument_spec(
+        proxmox_auth_argument_spec(),
         vm={"type": "dict", "required": True},
         state={"type": "str", "choices": ["present", "absent"], "default": "present"},
         rebuild={"type": "bool", "default": False},
         destroy_weights={"type": "bool", "default": False},
         restart_allowed={"type": "bool", "default": False},
         image_url={"type": "str", "default": ""},
-        inventory_hostname={"type": "str", "default": ""},
     )
-    module = AnsibleModule(
-        argument_spec=argument_spec,
-        required_one_of=[("api_password", "api_token_id")],
-        required_together=[("api_token_id", "api_token_secret")],
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **AUTH_RULES)
     planner = pve_plan.Planner(module.params, CONNECTOR)
     try:
         result = planner.run()

@@ -85,10 +85,12 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_deploy_host import pve
 from ansible.module_utils.sglang_pve_client import (
+    AUTH_RULES,
     HAS_PROXMOXER,
     PROXMOXER_ERROR,
     PveApiError,
     PveClient,
+    module_argument_spec,
     unreachable_fix,
 )
 from ansible_collections.community.proxmox.plugins.module_utils.proxmox import proxmox_auth_argument_spec
@@ -100,9 +102,8 @@ def _weights(config: dict[str, Any], serial: str) -> dict[str, str]:
 
 
 def main() -> None:
-    argument_spec = proxmox_auth_argument_spec()
-    argument_spec.update(
-        node={"type": "str", "required": True},
+    argument_spec = module_argument_spec(
+        proxmox_auth_argument_spec(),
         vmid={"type": "int", "required": True},
         storage={"type": "str", "required": True},
         image={"type": "str", "required": True},
@@ -111,14 +112,8 @@ def main() -> None:
         replace={"type": "bool", "default": True},
         regenerate_cloudinit={"type": "bool", "default": False},
         timeout={"type": "int", "default": 900},
-        inventory_hostname={"type": "str", "default": ""},
     )
-    module = AnsibleModule(
-        argument_spec=argument_spec,
-        required_one_of=[("api_password", "api_token_id")],
-        required_together=[("api_token_id", "api_token_secret")],
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **AUTH_RULES)
     p = module.params
     node, vmid, slot = p["node"], p["vmid"], pve.ROOT_SLOT
     where = f"host {p['inventory_hostname'] or '?'}: VM {vmid} on node {pve.shown(node)}"

@@ -47,7 +47,8 @@ from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
 try:
-    from sglang_deploy import lanes, lock
+    from sglang_deploy import lanes
+    from sglang_deploy.lanes import lock
     from sglang_deploy_host import lockfile
 except ImportError as exc:  # a clear message beats a bare "lookup plugin not found"
     raise ImportError(

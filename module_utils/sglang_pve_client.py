@@ -25,6 +25,22 @@ except ImportError as exc:  # reported by the module, naming the fix
     HAS_PROXMOXER = False
     PROXMOXER_ERROR = str(exc)
 
+# How community.proxmox's modules take their credentials: a password, or a token whose id and secret come together.
+AUTH_RULES: dict[str, Any] = {
+    "required_one_of": [("api_password", "api_token_id")],
+    "required_together": [("api_token_id", "api_token_secret")],
+}
+
+
+def module_argument_spec(auth_spec: dict[str, Any], **own: dict[str, Any]) -> dict[str, Any]:
+    """A role module's argument spec: community.proxmox's ``auth_spec`` (proxmox_auth_argument_spec()), the
+    node every call goes to, the inventory host its messages name, then the module's ``own`` options."""
+    spec = dict(auth_spec)
+    spec.update(node={"type": "str", "required": True}, inventory_hostname={"type": "str", "default": ""})
+    spec.update(own)
+    return spec
+
+
 # Seconds one API request may take (proxmoxer's default of 5 is short for a busy node).
 REQUEST_TIMEOUT_S = 30
 # Between two looks at a running task.

@@ -24,7 +24,7 @@ import stat
 import tempfile
 from typing import Any, Dict, List, Optional, Sequence
 
-# The jobs of sglang-deploy's groups (sglang_deploy.router.file_sd); a file whose groups carry only these is ours.
+# The jobs of sglang-deploy's groups (sglang_deploy.fleet.router.file_sd); a file whose groups carry only these is ours.
 JOBS = frozenset({"sglang-worker", "sglang-router"})
 # A targets file is a few KB; anything far larger at the path is not one.
 MAX_BYTES = 4 << 20

@@ -51,7 +51,7 @@ generated since it started is given ``--start-grace`` seconds (its model load) b
 count. Answers that a restart cannot fix (401/403: the key; other 4xx) are reported, not counted.
 
 Every decision is one journal line starting with :data:`PREFIX` and a word doctor's rules match
-(src/sglang_deploy/doctor_rules.yml): OK, WAITING, BUSY, CHECK FAILED, RESTART, RESTART HELD, RESTART
+(src/sglang_deploy/observe/doctor_rules.yml): OK, WAITING, BUSY, CHECK FAILED, RESTART, RESTART HELD, RESTART
 FAILED, GIVING UP, GPU PROBLEM, GPU XID, REFUSED, PORT TAKEN, IDLE. While healthy it is silent (its state
 says when it last checked). Its state (failures in a row, restarts, their times) is a JSON file in the
 unit's StateDirectory=.

@@ -5,7 +5,7 @@
     make_glm5_arch.py OUT --variant mla [--experts 8]    DeepseekV3ForCausalLM with GLM-5's MLA and MoE shapes
                                                          and no indexer: the attention path of flashinfer MLA
 
-The shapes are GLM-5's published ones (src/sglang_deploy/architectures.py says where they come from),
+The shapes are GLM-5's published ones (src/sglang_deploy/memory/architectures.py says where they come from),
 all 78 layers. One thing is shrunk so that the model fits one H200 in BF16: the routed experts, 256 -> 8
 (``--experts``), which keeps every per-token shape (top-8 of 8: each token still runs 8 experts of 2,048,
 plus the shared one); only the expert weights that are never read in a step go. sglang fills the weights
@@ -25,7 +25,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
-from sglang_deploy import architectures  # noqa: E402  (the repo's src, without installing it)
+from sglang_deploy.memory import architectures  # noqa: E402  (the repo's src, without installing it)
 
 # What sglang's DeepseekV2 model code reads and GLM-5's config.json has under other names or not at all
 # (without them the first try on the H200 failed to build the model): MoE on every layer

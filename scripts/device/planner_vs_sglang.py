@@ -5,13 +5,13 @@
 
 RESULTS_DIR holds one directory per start with its ``sglang.log`` (what real-sglang.sh and glm5-arch.sh
 bring back; tests/fixtures/real-sglang/ keeps them). sglang's readings come from the log
-(``sglang_deploy.startlog``): the launch it parsed, the free memory before the load (the planner's F0),
+(``sglang_deploy.memory.startlog``): the launch it parsed, the free memory before the load (the planner's F0),
 the weights' footprint, the KV pool, the decode-graph capture and ``available_gpu_mem`` at the end.
 
 Two ways to predict, by what RESULTS_DIR holds:
 * ``config-dsa.json`` / ``config-mla.json`` (glm5-arch.sh's GLM-5 checkpoints): the planner alone, from
   the launch in the log, GLM-5's shapes in that config and the measured load (``Load weight end``):
-  :func:`sglang_deploy.planner.architecture_inputs` with sglang 0.5.17's rules on the GPU of
+  :func:`sglang_deploy.memory.planner.architecture_inputs` with sglang 0.5.17's rules on the GPU of
   ``device-facts.txt``. Each row: KV cell, KV tokens, decode-graph memory (with the fp8 conversion
   copy), free memory after capture, planner against sglang.
 * otherwise (real-sglang.sh's tiny Llama): ``sglang-deploy plan -i INVENTORY --host HOST
@@ -31,7 +31,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
-from sglang_deploy import planner, startlog  # noqa: E402  (the repo's src, without installing it)
+from sglang_deploy.memory import planner, startlog  # noqa: E402  (the repo's src, without installing it)
 
 # The sglang whose rules the GLM-5 runs follow (scripts/device/sglang-0.5.17-bundle.txt).
 DEVICE_SGLANG = "0.5.17"

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sglang_deploy import _validator_probe, validator
+from sglang_deploy.launch import _validator_probe, validator
 from sglang_deploy_host import sglang_launcher, systemd
 
 # The launcher adds ``--FLAG VALUE`` for every ``--env-flag FLAG=NAME`` from the environment; the

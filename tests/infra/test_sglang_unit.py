@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import jitcache
+from sglang_deploy.serving import jitcache
 
 UNIT_DIR = "/etc/systemd/system"
 
@@ -85,7 +85,7 @@ def test_jit_caches_on_the_kept_disk_are_the_services_and_writable_by_the_unit(
 ) -> None:
     """With a kept disk (sglang_common_cache_root) every JIT cache variable of the unit names a directory
     under <root>/current, root's link to this stack's <root>/<key>, whose directories the service owns
-    alone and the unit may write (src/sglang_deploy/jitcache.py)."""
+    alone and the unit may write (src/sglang_deploy/serving/jitcache.py)."""
     rendered = (rendered_dir / f"{unit_name}.service").read_text()
     caches = dict(re.findall(r'^Environment="(' + "|".join(jitcache.CACHE_VARIABLES) + r')=([^"]+)"$', rendered, re.M))
     if not caches:

@@ -24,6 +24,9 @@ from seed_004 import (  # noqa: E402,F401  (re-exported for tests)
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+# The proxmox_vm role's stand-ins and their fixtures (pve, inventory, agent_up, ssh_standin, sysfs), shared by
+# its test_proxmox_vm_*.py files.
+pytest_plugins = ["pve_harness"]
 STANDIN = ROOT / "tests" / "standin" / "sglang_server_standin.py"
 PROFILE = ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers" / "sglang_server.yml"
 

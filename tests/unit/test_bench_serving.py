@@ -30,7 +30,8 @@ import pytest
 from conftest import ROOT
 from conftest import StandinProcess as Standin
 
-from sglang_deploy import bench, cli, validator_venv
+from sglang_deploy import bench, cli
+from sglang_deploy.launch import validator_venv
 from sglang_deploy.lanes import DEFAULT_LANE, load_lane
 from sglang_deploy_host import bench as host_bench
 

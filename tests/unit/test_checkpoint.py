@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
-from sglang_deploy import architectures
+from sglang_deploy.memory import architectures
 from sglang_deploy_host import checkpoint
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))

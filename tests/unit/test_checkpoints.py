@@ -1,4 +1,4 @@
-"""A launch against the checkpoint it serves (src/sglang_deploy/checkpoints.py): the known checkpoints before
+"""A launch against the checkpoint it serves (src/sglang_deploy/launch/checkpoints.py): the known checkpoints before
 any host is asked, the host's inspection once the weights are there, through the resolver the role calls and
 through ``sglang-deploy plan --checkpoint``. The checkpoints are tests/fixtures/glm5_checkpoint.py's, whose
 headers are GLM-5-NVFP4's."""
@@ -16,7 +16,8 @@ import yaml
 from conftest import ROOT
 from test_server import inputs
 
-from sglang_deploy import checkpoints, server
+from sglang_deploy.launch import checkpoints
+from sglang_deploy.serving import server
 from sglang_deploy.launch import LaunchConfig
 from sglang_deploy_host import checkpoint as inspector
 

@@ -345,7 +345,7 @@ def test_nccl_check_command_finds_the_environment_file_however_it_is_spelled(spe
 
 LOCK_PRELUDE = """
 from pathlib import Path
-from sglang_deploy import lock
+from sglang_deploy.lanes import lock
 lock.lock_dir = lambda: Path({root!r})
 lock.resolve = lambda target, uv=None: "# resolved\\n"
 """
@@ -354,7 +354,8 @@ lock.resolve = lambda target, uv=None: "# resolved\\n"
 @pytest.mark.parametrize("check", [True, False], ids=["check", "write"])
 @pytest.mark.parametrize("kind", STREAMS + REGULAR)
 def test_lock_refuses_a_lock_file_that_is_not_a_text_file(kind: str, check: bool, tmp_path: Path) -> None:
-    from sglang_deploy import lanes, lock
+    from sglang_deploy import lanes
+    from sglang_deploy.lanes import lock
 
     lane = next(name for name in lanes.lane_names() if lanes.load_lane(name).lock is not None)
     first = lock.targets(lanes.load_lane(lane))[0]

@@ -1,4 +1,4 @@
-"""sglang_deploy.cudaversion: toolkit names, paths and parsing of nvcc/ptxas/version.json."""
+"""sglang_deploy.lanes.cudaversion: toolkit names, paths and parsing of nvcc/ptxas/version.json."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from conftest import ROOT
 
-from sglang_deploy import cudaversion as cv
+from sglang_deploy.lanes import cudaversion as cv
 
 # Verbatim output of the real binaries (ptxas from the nvidia-cuda-nvcc-cu12==12.8.93 wheel, nvcc and
 # ptxas from the nvidia-cuda-nvcc==13.0.88 wheel).

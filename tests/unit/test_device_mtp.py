@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from sglang_deploy import validator_venv
+from sglang_deploy.launch import validator_venv
 from sglang_deploy.lanes import load_lane
 from sglang_deploy_host import checkpoint, systemd
 

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from sglang_deploy import doctor, inputfiles, runner
+from sglang_deploy import inputfiles
+from sglang_deploy.observe import doctor
+from sglang_deploy.playbook import runner
 from sglang_deploy.commands import doctor as doctor_command
 
 ROOT = Path(__file__).resolve().parents[2]

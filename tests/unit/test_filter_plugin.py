@@ -9,7 +9,7 @@ from ansible.errors import AnsibleFilterError
 from conftest import ROOT
 from test_server import API_KEY, inputs
 
-from sglang_deploy import server
+from sglang_deploy.serving import server
 from sglang_deploy_host import endpoint
 
 spec = importlib.util.spec_from_file_location("plugin", ROOT / "filter_plugins" / "sglang_deploy.py")

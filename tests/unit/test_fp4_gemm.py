@@ -1,4 +1,4 @@
-"""NVFP4 GEMMs on SM120 (src/sglang_deploy/fp4_gemm.py): flashinfer_cutlass is refused only with a flashinfer
+"""NVFP4 GEMMs on SM120 (src/sglang_deploy/launch/fp4_gemm.py): flashinfer_cutlass is refused only with a flashinfer
 from before the fix for NaN under concurrency; the shipped lanes carry the fix, so the profiles pin nothing."""
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from test_server import facts, resolve
 
-from sglang_deploy import fp4_gemm, lock, server
+from sglang_deploy.lanes import lock
+from sglang_deploy.launch import fp4_gemm
+from sglang_deploy.serving import server
 from sglang_deploy.lanes import load_lane, lane_names
 from sglang_deploy.launch import LaunchConfig
 

@@ -17,7 +17,9 @@ from types import ModuleType
 import pytest
 from conftest import ROOT
 
-from sglang_deploy import architectures, bench, doctor, planner, startlog
+from sglang_deploy import bench
+from sglang_deploy.memory import architectures, planner, startlog
+from sglang_deploy.observe import doctor
 
 RUN = ROOT / "tests" / "fixtures" / "real-sglang" / "h200-glm5-arch-0.5.17"
 STARTS = sorted(path.parent.name for path in RUN.glob("*/sglang.log"))

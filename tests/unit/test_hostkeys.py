@@ -1,6 +1,6 @@
 """module_utils/sglang_deploy_host/hostkeys.py on plain data: what counts as an SSH host public key (and
 what is refused before it could reach known_hosts), its fingerprint as ssh-keygen prints it, and which
-known_hosts lines are a name's. The role end to end (agent -> known_hosts) is in test_proxmox_vm_role.py."""
+known_hosts lines are a name's. The role end to end (agent -> known_hosts) is in test_proxmox_vm_create.py and test_proxmox_vm_refusals.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The server's JIT caches on the kept disk (src/sglang_deploy/jitcache.py, through server.resolve).
+"""The server's JIT caches on the kept disk (src/sglang_deploy/serving/jitcache.py, through server.resolve).
 
 The variables are checked against what the device run recorded: tests/fixtures/real-sglang/day2/
 cache-env-vars.txt (where the pinned sglang 0.5.17 stack reads each one) and jit-cache-starts.json
@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 from test_server import facts, inputs
 
-from sglang_deploy import jitcache, server
+from sglang_deploy.serving import jitcache, server
 
 DAY2 = ROOT / "tests" / "fixtures" / "real-sglang" / "day2"
 ROOT_DIR = "/var/lib/sglang/models/.sglang-deploy-cache/jit"

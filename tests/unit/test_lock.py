@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import lanes, lock
+from sglang_deploy import lanes
+from sglang_deploy.lanes import lock
 from sglang_deploy.cli import main
 from sglang_deploy.lanes import LaneError, LockSpec, Override, lane_names, load_lane
 from sglang_deploy_host import interp, lockfile, mlenv

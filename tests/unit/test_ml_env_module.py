@@ -27,7 +27,8 @@ from typing import Any, Sequence
 import pytest
 from conftest import ROOT
 
-from sglang_deploy import lanes, lock
+from sglang_deploy import lanes
+from sglang_deploy.lanes import lock
 from sglang_deploy_host import lockfile, mlenv
 
 PYTHON = "%d.%d" % sys.version_info[:2]

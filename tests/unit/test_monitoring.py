@@ -10,7 +10,7 @@ promtool unit tests, the scrape configuration; docs/monitoring.md):
   installed) checks the rules and the configuration and runs the rule unit tests; each alert is then
   broken twice (never firing, always firing) to show its unit tests catch both;
 * the scrape configuration turns the file_sd targets file playbooks/file_sd.yml writes (the same
-  function, sglang_deploy.router.file_sd) into the jobs the rules and the dashboard select on.
+  function, sglang_deploy.fleet.router.file_sd) into the jobs the rules and the dashboard select on.
 
 No promtool is a failure, not a skip: scripts/debian-tool.sh fetches it, and when it cannot, the
 test fails with its error.
@@ -30,7 +30,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from sglang_deploy import router
+from sglang_deploy.fleet import router
 
 MONITORING = ROOT / "monitoring"
 RULES = MONITORING / "prometheus" / "sglang-alerts.yml"
@@ -50,7 +50,7 @@ RECORDINGS = [
 # Series Prometheus makes itself for every target (no exporter serves them).
 PROMETHEUS_SERIES = {"up": set()}
 # Labels Prometheus attaches to every series of a target: the scrape job and address, and the
-# file_sd group's labels (sglang_deploy.router.file_sd).
+# file_sd group's labels (sglang_deploy.fleet.router.file_sd).
 TARGET_LABELS = {"job", "instance", "instance_name"}
 
 ALERTS = [
@@ -388,7 +388,7 @@ def test_scrape_config_holds_no_secret_and_reads_the_targets_file():
 
 
 def test_scrape_config_turns_file_sd_targets_into_the_jobs_the_rules_use(tmp_path: Path):
-    """The targets file as playbooks/file_sd.yml writes it (sglang_deploy.router.file_sd, through the
+    """The targets file as playbooks/file_sd.yml writes it (sglang_deploy.fleet.router.file_sd, through the
     sglang_router_file_sd filter), read by Prometheus' own service discovery and relabelling
     (promtool check service-discovery): workers and routers in job "sglang", node_exporter on each
     worker's address in job "sglang-node"."""

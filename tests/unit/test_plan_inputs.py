@@ -18,8 +18,8 @@ import yaml
 from conftest import ROOT
 
 from sglang_deploy import cli
-from sglang_deploy.plan_inputs import PlanSources, plan_inputs
-from sglang_deploy.planner import PlanError
+from sglang_deploy.memory.plan_inputs import PlanSources, plan_inputs
+from sglang_deploy.memory.planner import PlanError
 
 SEED_BOX = ["--gpu-memory-mib", "97887", "--tp-size", "8", "--weights-gib-per-gpu", "50", "--kv-bytes-per-token", "1000"]
 

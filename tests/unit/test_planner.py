@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sglang_deploy import planner
+from sglang_deploy.memory import planner
 from sglang_deploy.commands import plan as plan_command
-from sglang_deploy.planner import PlanInputs, kv_cell, plan, sglang_default_settings
+from sglang_deploy.memory.planner import PlanInputs, kv_cell, plan, sglang_default_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "tests" / "fixtures" / "models"
@@ -272,11 +272,11 @@ PROBE = textwrap.dedent(
 @pytest.mark.slow
 def test_sglang_default_matches_the_pinned_sglangs_own_code() -> None:
     from sglang_deploy.lanes import load_lane
-    from sglang_deploy.validator_venv import ensure_validator_env
+    from sglang_deploy.launch.validator_venv import ensure_validator_env
 
     lane = load_lane("cu128")
     env = ensure_validator_env(lane)
-    probe_path = ROOT / "src" / "sglang_deploy" / "_validator_probe.py"
+    probe_path = ROOT / "src" / "sglang_deploy" / "launch" / "_validator_probe.py"
     done = subprocess.run(
         [str(env / "bin" / "python"), "-c", PROBE, str(probe_path),
          json.dumps(list(lane.validator.stand_ins))],
@@ -489,7 +489,7 @@ def test_doctor_filter_reads_a_journal_text() -> None:
     findings = plugin.sglang_doctor(journal.read_text(), {"recommended_mem_fraction_static": 0.91})
     assert [f["id"] for f in findings] == ["cuda-graph-oom", "memory-fragmentation"]
     assert "0.91" in findings[0]["fix"]
-    from sglang_deploy import server
+    from sglang_deploy.serving import server
 
     with pytest.raises(planner.PlanError, match="no GPU memory size"):
         server.plan_for_flags({"mem-fraction-static": "auto"}, gpu_facts=None, plan_vars={}, lane="cu128")

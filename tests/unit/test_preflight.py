@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
-from sglang_deploy import preflight
+from sglang_deploy.serving import preflight
 from sglang_deploy_host import gpufacts
 from sglang_deploy.launch import LaunchConfig
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import doctor, planner, startlog
+from sglang_deploy.memory import planner, startlog
+from sglang_deploy.observe import doctor
 from sglang_deploy_host import endpoint, gate
 
 ROOT = Path(__file__).resolve().parents[2]

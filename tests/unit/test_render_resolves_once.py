@@ -1,4 +1,4 @@
-"""`sglang-deploy render` resolves each serving host once (src/sglang_deploy/server.py, through the
+"""`sglang-deploy render` resolves each serving host once (src/sglang_deploy/serving/server.py, through the
 filter sglang_server_resolve), validation included; and the paths follow sglang_common_code_root."""
 
 from __future__ import annotations

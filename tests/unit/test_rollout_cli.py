@@ -13,7 +13,7 @@ from conftest import ROOT
 
 from sglang_deploy import cli
 from sglang_deploy.commands import rollout
-from sglang_deploy.runner import PlaybookRun
+from sglang_deploy.playbook.runner import PlaybookRun
 
 
 def test_rollout_is_registered_and_needs_an_inventory(capsys):
@@ -33,7 +33,7 @@ def test_rollout_refuses_an_inventory_without_routers(capsys):
 
 
 def test_multi_host_example_has_workers_and_a_router():
-    from sglang_deploy.runner import serving_hosts
+    from sglang_deploy.playbook.runner import serving_hosts
 
     inventory = [str(ROOT / "inventory" / "multi_host")]
     assert len(serving_hosts(inventory)) >= 2

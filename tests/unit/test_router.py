@@ -1,4 +1,4 @@
-"""sglang_deploy.router (the sglang_router role's and rolling.yml's logic) and the router's lock."""
+"""sglang_deploy.fleet.router (the sglang_router role's and rolling.yml's logic) and the router's lock."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from sglang_deploy import router
-from sglang_deploy import server as server_module
+from sglang_deploy.fleet import router
+from sglang_deploy.serving import server as server_module
 
 ROLE = ROOT / "roles" / "sglang_router"
 LOCKS = sorted((ROLE / "files" / "locks").glob("sglang-router-py*.txt"))

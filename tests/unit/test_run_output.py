@@ -13,7 +13,8 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from sglang_deploy import runner, testreport
+from sglang_deploy.observe import testreport
+from sglang_deploy.playbook import runner
 
 # Three changed tasks, one of them no_log (its event hides "changed"), one a loop, and an ok task.
 PLAYBOOK = """

@@ -11,8 +11,8 @@ import time
 import pytest
 from rich.console import Console
 
-from sglang_deploy import runner
-from sglang_deploy.runner import ProgressView
+from sglang_deploy.playbook import runner
+from sglang_deploy.playbook.runner import ProgressView
 
 
 def _view(plain: bool) -> tuple[ProgressView, io.StringIO]:

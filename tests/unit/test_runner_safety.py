@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from sglang_deploy import runner
+from sglang_deploy.playbook import runner
 
 SECRET = "sk-test-3b1f9c0d7e"  # a value no file of the project holds
 

@@ -1,4 +1,4 @@
-"""The resolver (src/sglang_deploy/server.py): one serving host in, every value about its server out.
+"""The resolver (src/sglang_deploy/serving/server.py): one serving host in, every value about its server out.
 
 The role hands its variables over in one mapping (roles/sglang_server/vars/main.yml,
 ``__sglang_server_inputs``); these tests build that mapping from the role's defaults and the shipped
@@ -16,7 +16,7 @@ import yaml
 from conftest import ROOT
 
 from sglang_deploy_host import watchdog as host_watchdog
-from sglang_deploy import server
+from sglang_deploy.serving import server
 from sglang_deploy_host import gpufacts, systemd
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from seed_004 import SEED_004_FLAGS
 
-from sglang_deploy import validator
+from sglang_deploy.launch import validator
 from sglang_deploy.lanes import Lane, load_lane
-from sglang_deploy.validator import (
+from sglang_deploy.launch.validator import (
     FlagProblem,
     Option,
     ProbeAnswer,
@@ -31,7 +31,7 @@ from sglang_deploy.validator import (
     split_segments,
     validate_flags,
 )
-from sglang_deploy.validator_venv import (
+from sglang_deploy.launch.validator_venv import (
     ENV_PYTHON,
     ENV_TORCH,
     ENV_TORCH_INDEX,
@@ -463,7 +463,7 @@ def test_an_answer_is_kept_in_the_validator_venv_and_asked_again_when_anything_i
     sglang variable, a corrupt kept file or a changed probe asks the parser again."""
     import subprocess
 
-    from sglang_deploy import validator_venv
+    from sglang_deploy.launch import validator_venv
 
     argv = _with(SEED_004_FLAGS, {"--max-running-requests": ["17"]})  # a request no other test makes
     import uuid
@@ -539,7 +539,7 @@ def test_a_kept_answer_that_is_not_one_is_asked_again_never_waited_on(
 
 
 def test_a_probe_answer_of_another_shape_is_one_error_not_a_traceback() -> None:
-    from sglang_deploy.validator import ProbeAnswer
+    from sglang_deploy.launch.validator import ProbeAnswer
 
     good = {"sglang_version": "0.5.10", "segment_errors": [None], "rest_error": None,
             "options": [{"option_strings": ["--tp-size"], "choices": None, "dest": "tp_size"}]}  # fmt: skip
@@ -558,7 +558,7 @@ def test_a_probe_answer_of_another_shape_is_one_error_not_a_traceback() -> None:
 
 def _kept_for(lane: Lane, argv: list[str]) -> Path:
     """The file the answer to ``argv`` is kept in (as validate_flags asks it)."""
-    from sglang_deploy import validator_venv
+    from sglang_deploy.launch import validator_venv
 
     env = validator_venv.ensure_validator_env(lane)
     segments = [list(s.tokens) for s in split_segments(argv)]
@@ -686,7 +686,7 @@ def test_the_lanes_recorded_choices_are_its_parsers(lane_name: str) -> None:
     SpeculativeAlgorithm enum's (NONE left out) and the NEXTN alias."""
     import subprocess
 
-    from sglang_deploy import validator_venv
+    from sglang_deploy.launch import validator_venv
     from sglang_deploy.lanes import load_lane
 
     lane = load_lane(lane_name)

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from sglang_deploy import validator_venv
+from sglang_deploy.launch import validator_venv
 from sglang_deploy.lanes import Lane, load_lane
-from sglang_deploy.validator_venv import ENV_PYTHON, ENV_TORCH, ENV_TORCH_INDEX, BuildSpec, ValidatorError, build_spec
+from sglang_deploy.launch.validator_venv import ENV_PYTHON, ENV_TORCH, ENV_TORCH_INDEX, BuildSpec, ValidatorError, build_spec
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
@@ -215,7 +215,7 @@ BUILDER = textwrap.dedent(
     import sys
     from pathlib import Path
     from sglang_deploy.lanes import load_lane
-    from sglang_deploy.validator_venv import ensure_validator_env
+    from sglang_deploy.launch.validator_venv import ensure_validator_env
     ensure_validator_env(load_lane("cu128"), Path(sys.argv[1]))
     """
 )

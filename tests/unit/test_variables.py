@@ -1,4 +1,4 @@
-"""A role-prefixed variable that no role defines is refused before any host changes (src/sglang_deploy/variables.py):
+"""A role-prefixed variable that no role defines is refused before any host changes (src/sglang_deploy/playbook/variables.py):
 by render and validate (playbooks/resolve.yml, the start of up too) and by plan -i, naming the file that sets it
 and the closest defined name; sglang_deploy_extra_variables keeps deliberate ones."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from sglang_deploy import variables
+from sglang_deploy.playbook import variables
 
 ROLES = str(ROOT / "roles")
 

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from sglang_deploy_host import endpoint
 from sglang_deploy import inputfiles
-from sglang_deploy.runner import project_dir
+from sglang_deploy.playbook.runner import project_dir
 
 # Where the commands and cli.main print their rich-marked-up lines: stderr.
 console = Console(stderr=True, highlight=False, soft_wrap=True)

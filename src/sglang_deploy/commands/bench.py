@@ -33,10 +33,11 @@ from rich.table import Table
 
 from sglang_deploy_host import bench as host_bench
 from sglang_deploy_host import endpoint
-from sglang_deploy import __version__, bench, runner
+from sglang_deploy import __version__, bench
+from sglang_deploy.playbook import runner
 from sglang_deploy.commands import ApiKeyError, add_api_key_args, add_inventory_args, api_key_from, usage_error
 from sglang_deploy.lanes import DEFAULT_LANE, LaneError, load_lane
-from sglang_deploy.validator_venv import ValidatorError
+from sglang_deploy.launch.validator_venv import ValidatorError
 
 _console = Console(stderr=True, highlight=False, soft_wrap=True)
 PLAYBOOK = "playbooks/bench.yml"

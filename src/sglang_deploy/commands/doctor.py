@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sglang_deploy import doctor, inputfiles
+from sglang_deploy import inputfiles
+from sglang_deploy.observe import doctor
 from sglang_deploy_host import watchdog
 
 DEFAULT_JOURNAL_LINES = 5000
@@ -102,7 +103,7 @@ def journal_via_ansible(inventory: str, pattern: str, unit: str, lines: int) -> 
     """
     import ansible_runner  # heavy import, only when a host is asked
 
-    from sglang_deploy import runner
+    from sglang_deploy.playbook import runner
 
     hosts = runner.serving_hosts([inventory], pattern=pattern)
     outputs: dict[str, str] = {}

@@ -7,7 +7,7 @@ import sys
 
 from sglang_deploy import inputfiles
 from sglang_deploy.lanes import lane_names, load_lane
-from sglang_deploy.lock import LockError, LockTarget, check_lock, targets, write_lock
+from sglang_deploy.lanes.lock import LockError, LockTarget, check_lock, targets, write_lock
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

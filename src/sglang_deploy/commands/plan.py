@@ -19,8 +19,12 @@ from rich.table import Table
 
 from sglang_deploy_host import checkpoint as inspector
 from sglang_deploy_host import files
-from sglang_deploy import architectures, checkpoints, inputfiles, plan_inputs, planner, runner, server
-from sglang_deploy.plan_inputs import PLAN_VAR
+from sglang_deploy import inputfiles
+from sglang_deploy.launch import checkpoints
+from sglang_deploy.memory import architectures, plan_inputs, planner
+from sglang_deploy.playbook import runner
+from sglang_deploy.serving import server
+from sglang_deploy.memory.plan_inputs import PLAN_VAR
 from sglang_deploy.lanes import DEFAULT_LANE, Lane, LaneError, load_lane
 from sglang_deploy.launch import LaunchConfig, LaunchConfigError, normalized_flags
 

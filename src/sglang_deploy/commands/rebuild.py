@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from sglang_deploy.commands import add_inventory_args, usage_error
-from sglang_deploy.runner import project_dir, run_playbook, serving_hosts
+from sglang_deploy.playbook.runner import project_dir, run_playbook, serving_hosts
 
 CONFIRM_WORD = "rebuild"
 

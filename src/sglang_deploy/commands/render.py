@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from sglang_deploy_host import unitcheck
 from sglang_deploy.commands import add_inventory_args, console, inventories
-from sglang_deploy.runner import run_playbook
+from sglang_deploy.playbook.runner import run_playbook
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

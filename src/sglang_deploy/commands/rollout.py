@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from sglang_deploy.commands import usage_error
-from sglang_deploy.runner import InventoryError, run_playbook, serving_hosts
+from sglang_deploy.playbook.runner import InventoryError, run_playbook, serving_hosts
 
 PLAYBOOK = "playbooks/rolling.yml"
 ROUTER_GROUP = "sglang_routers"

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from sglang_deploy.commands import add_inventory_args, console
-from sglang_deploy.runner import project_dir, run_playbook
+from sglang_deploy.playbook.runner import project_dir, run_playbook
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

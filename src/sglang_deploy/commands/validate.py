@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from sglang_deploy.commands import add_inventory_args, console, inventories
-from sglang_deploy.runner import run_playbook
+from sglang_deploy.playbook.runner import run_playbook
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

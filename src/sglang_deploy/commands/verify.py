@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sglang_deploy_host import endpoint, gate
 from sglang_deploy.commands import ApiKeyError, add_api_key_args, add_inventory_args, api_key_from, usage_error
-from sglang_deploy.runner import project_dir, run_playbook
+from sglang_deploy.playbook.runner import project_dir, run_playbook
 
 ENDPOINT_SUITE = "tests/infra/test_endpoint.py"
 # Bounds the whole endpoint suite: 6 probes and a chat at up to GENERATE_DEADLINE_S (120 s) each,

@@ -1,6 +1,6 @@
 """The router's flags through the pinned sglang-router's own parser, before any host is touched.
 
-The same idea as :mod:`sglang_deploy.validator` for the server, with a much smaller venv: the role's
+The same idea as :mod:`sglang_deploy.launch.validator` for the server, with a much smaller venv: the role's
 hashed lock (one per Python, ``roles/sglang_router/files/locks/``; the role passes its path) installed
 with ``--require-hashes`` into ``<cache>/validators/sglang-router-<lock digest>-py<X.Y>`` once, then
 ``sglang_router.launch_router.parse_router_args`` run on the argv the unit would get. A bad flag, a
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from sglang_deploy.validator_venv import ValidatorError, cache_root, exclusive_lock, new_staging, run_step, say, swap_in
+from sglang_deploy.launch.validator_venv import ValidatorError, cache_root, exclusive_lock, new_staging, run_step, say, swap_in
 
 # What the probe prints for a clean parse; argparse's error text otherwise.
 _PROBE = r"""

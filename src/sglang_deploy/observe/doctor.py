@@ -58,7 +58,7 @@ class Finding:
 def load_rules(text: str | None = None) -> tuple[Rule, ...]:
     """Parse rules from YAML ``text`` (default: the packaged ``doctor_rules.yml``)."""
     if text is None:
-        text = resources.files("sglang_deploy").joinpath(RULES_FILE).read_text(encoding="utf-8")
+        text = resources.files("sglang_deploy.observe").joinpath(RULES_FILE).read_text(encoding="utf-8")
     data = yaml.safe_load(text)
     if not isinstance(data, list):
         raise RulesError("the doctor rules must be a YAML list of rules")

@@ -64,7 +64,7 @@ class Verdict:
 
 @functools.lru_cache(maxsize=1)
 def known_checkpoints() -> tuple[KnownCheckpoint, ...]:
-    text = resources.files("sglang_deploy").joinpath("known_checkpoints.yml").read_text(encoding="utf-8")
+    text = resources.files("sglang_deploy.launch").joinpath("known_checkpoints.yml").read_text(encoding="utf-8")
     entries = (yaml.safe_load(text) or {}).get("checkpoints")
     if not isinstance(entries, list):
         raise CheckpointTableError("known_checkpoints.yml: no 'checkpoints' list")

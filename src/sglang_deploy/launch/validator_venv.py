@@ -3,7 +3,7 @@
 A small CPU-only venv (sglang ``--no-deps``, a CPU torch, triton and the few packages
 ``sglang.srt.server_args`` imports) at ``validator_dir``, built under a file lock in a staging
 directory and swapped in whole (``ensure_validator_env``); ``run_probe`` runs
-``_validator_probe.py`` in it. What the probe's answer means is :mod:`sglang_deploy.validator`'s.
+``_validator_probe.py`` in it. What the probe's answer means is :mod:`sglang_deploy.launch.validator`'s.
 
 The venv's torch comes from the first of these sources that works (``torch_sources``), each
 failure said in one line; the one used is recorded in the venv's marker (``torch_source``):

@@ -12,7 +12,7 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from sglang_deploy.validator_venv import progress_to
+from sglang_deploy.launch.validator_venv import progress_to
 
 display = Display()
 

@@ -13,7 +13,7 @@ lane's validator venv for ``--endpoint``), and turns the steps into a run direct
         bench.png       throughput, TTFT and ITL against concurrency
 
 A baseline is a previous run (its directory, sweep.json or results.jsonl) or a shipped figure set
-(``bench_baselines/<name>.json``, e.g. ``seed-004``). The verdict compares the throughputs
+(``baselines/<name>.json`` beside this module, e.g. ``seed-004``). The verdict compares the throughputs
 (higher is better) at every concurrency both have: new / baseline below 1 - threshold is a
 regression. Latencies are shown beside it, not judged: their percentiles move with load noise.
 """
@@ -32,11 +32,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sglang_deploy_host import bench as host_bench
-from sglang_deploy import inputfiles, validator_venv
+from sglang_deploy import inputfiles
+from sglang_deploy.launch import validator_venv
 from sglang_deploy.lanes import Lane
 
 RUN_FORMAT = 1
-SHIPPED_BASELINES = Path(__file__).with_name("bench_baselines")
+SHIPPED_BASELINES = Path(__file__).with_name("baselines")
 # Throughputs the verdict judges (higher is better), as bench_serving names them.
 VERDICT_METRICS = ("output_throughput", "total_throughput")
 DEFAULT_THRESHOLD = 0.10
@@ -277,7 +278,7 @@ def shipped_baselines() -> list[str]:
 
 def load_baseline(spec: str) -> Baseline:
     """A shipped baseline by name, a run directory, its sweep.json or results.jsonl, or a JSON file
-    with ``records`` (bench_serving field names, e.g. those in bench_baselines/)."""
+    with ``records`` (bench_serving field names, e.g. those in baselines/)."""
     path = Path(spec)
     if not path.exists() and (SHIPPED_BASELINES / f"{spec}.json").is_file():
         path = SHIPPED_BASELINES / f"{spec}.json"

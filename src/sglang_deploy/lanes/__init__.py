@@ -106,7 +106,7 @@ _OPTIONAL_LANE_KEYS = frozenset({"lock", "kernel_exemptions", "fp4_gemm_auto_sm1
 
 
 def _lane_dir() -> Traversable:
-    return resources.files("sglang_deploy").joinpath("lanes")
+    return resources.files("sglang_deploy.lanes")
 
 
 def lane_names() -> list[str]:

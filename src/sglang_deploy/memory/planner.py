@@ -89,7 +89,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sglang_deploy_host import checkpoint as inspector
-from sglang_deploy import architectures
+from sglang_deploy.memory import architectures
 
 MIB = 1 << 20
 GIB = 1 << 30

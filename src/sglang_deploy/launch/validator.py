@@ -4,7 +4,7 @@ Why: a renamed flag or a misspelt choice must fail on the control node in second
 flag and the valid values, before any host is changed -- not minutes later in a crash-looping
 systemd unit. The only faithful judge is sglang's parser itself (``ServerArgs.add_cli_args`` on
 a plain ``argparse.ArgumentParser``, as ``sglang serve`` builds it), run by ``_validator_probe.py``
-in the lane's validator venv (:mod:`sglang_deploy.validator_venv`) once per validation. This
+in the lane's validator venv (:mod:`sglang_deploy.launch.validator_venv`) once per validation. This
 module turns its answer into FlagProblems: argparse's verdicts, and what sglang accepts but must
 not be launched (abbreviations, two spellings of one setting, values out of range).
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sglang_deploy.lanes import DEFAULT_LANE, Lane, LaneError, lane_names, load_lane
-from sglang_deploy.validator_venv import ValidatorError, ensure_validator_env, run_probe
+from sglang_deploy.launch.validator_venv import ValidatorError, ensure_validator_env, run_probe
 
 FLAGS_VARIABLE = "sglang_server_flags"
 """The inventory variable holding the server flags (flag name without ``--`` -> value)."""
@@ -485,14 +485,14 @@ def validate_flags(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sglang_deploy.validator [--lane L] [--host H] -- <sglang flags>``: 0 accepted,
+    """``python -m sglang_deploy.launch.validator [--lane L] [--host H] -- <sglang flags>``: 0 accepted,
     1 rejected, 2 could not validate."""
     args = list(sys.argv[1:] if argv is None else argv)
     own, flags = (
         (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else (args, [])
     )
     parser = argparse.ArgumentParser(
-        prog="python -m sglang_deploy.validator",
+        prog="python -m sglang_deploy.launch.validator",
         description="Check sglang server flags with the lane's own sglang parser; flags follow '--'.",
     )
     parser.add_argument(

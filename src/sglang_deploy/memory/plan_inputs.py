@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglang_deploy import architectures, planner
+from sglang_deploy.memory import architectures, planner
 from sglang_deploy.lanes import LaneError, load_lane
 from sglang_deploy.launch import normalized_flags
 

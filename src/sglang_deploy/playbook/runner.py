@@ -30,9 +30,9 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from sglang_deploy import testreport
+from sglang_deploy.observe import testreport
 # Lines of the validator's progress in Ansible's output start with it.
-from sglang_deploy.validator_venv import PROGRESS_PREFIX
+from sglang_deploy.launch.validator_venv import PROGRESS_PREFIX
 
 # Events that close a task on one host, and the counter each one bumps.
 _RESULT_EVENTS = {
@@ -235,7 +235,7 @@ def project_dir() -> Path:
     """The checkout holding site.yml: $SGLANG_DEPLOY_PROJECT, else the one this package sits in."""
     override = os.environ.get("SGLANG_DEPLOY_PROJECT")
     candidates = [Path(override)] if override else []
-    candidates += [Path(__file__).resolve().parents[2], Path.cwd()]
+    candidates += [Path(__file__).resolve().parents[3], Path.cwd()]
     for candidate in candidates:
         if (candidate / "site.yml").is_file() and (candidate / "roles").is_dir():
             return candidate

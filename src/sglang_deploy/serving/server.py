@@ -32,8 +32,10 @@ from typing import Any
 
 from sglang_deploy_host import endpoint, gpufacts, systemd
 from sglang_deploy_host import watchdog as host_watchdog
-from sglang_deploy import checkpoints, fp4_gemm, jitcache, planner, preflight
-from sglang_deploy.plan_inputs import PLAN_VAR, PlanSources, plan_inputs
+from sglang_deploy.launch import checkpoints, fp4_gemm
+from sglang_deploy.memory import planner
+from sglang_deploy.serving import jitcache, preflight
+from sglang_deploy.memory.plan_inputs import PLAN_VAR, PlanSources, plan_inputs
 from sglang_deploy.lanes import Lane, LaneError, load_lane
 from sglang_deploy.launch import (
     LaunchConfig,
