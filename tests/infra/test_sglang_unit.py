@@ -84,8 +84,9 @@ def test_jit_caches_on_the_kept_disk_are_the_services_and_writable_by_the_unit(
     host, rendered_dir: Path, unit_name: str, service_user: str
 ) -> None:
     """With a kept disk (sglang_common_cache_root) every JIT cache variable of the unit names a directory
-    under <root>/current, root's link to this stack's <root>/<key>, whose directories the service owns
-    alone and the unit may write (src/sglang_deploy/serving/jitcache.py)."""
+    under <root>/current, root's link to this stack's <root>/<key>: the role makes the key's directory, the
+    service's alone (0700); the unit's ExecStartPre= makes the caches in it as the service, at each start, so
+    a host whose server never started (the rehearsal: no GPU) has none yet (src/sglang_deploy/serving/jitcache.py)."""
     rendered = (rendered_dir / f"{unit_name}.service").read_text()
     caches = dict(re.findall(r'^Environment="(' + "|".join(jitcache.CACHE_VARIABLES) + r')=([^"]+)"$', rendered, re.M))
     if not caches:
@@ -101,7 +102,13 @@ def test_jit_caches_on_the_kept_disk_are_the_services_and_writable_by_the_unit(
     assert host.file(root).user == "root"
     writable = host.run(f"systemctl show -p ReadWritePaths --value {unit_name}.service").stdout.split()
     assert root in writable, writable
-    for path in [link.linked_to, *caches.values()]:
+    key_dir = host.file(link.linked_to)
+    assert key_dir.is_directory and (key_dir.user, key_dir.mode) == (service_user, 0o700), link.linked_to
+    mkdir = f"ExecStartPre={jitcache.MKDIR} -p -m 0700 "
+    made_at_start = [sorted(line[len(mkdir) :].split()) for line in rendered.splitlines() if line.startswith(mkdir)]
+    assert made_at_start == [sorted(set(caches.values()))], made_at_start
+    assert host.run(f"runuser -u {service_user} -- test -w {link.linked_to}").rc == 0  # it can make them
+    for path in caches.values():
         directory = host.file(path)
-        assert directory.is_directory, path
-        assert (directory.user, directory.mode) == (service_user, 0o700), path
+        if directory.exists:  # made by a start
+            assert directory.is_directory and (directory.user, directory.mode) == (service_user, 0o700), path
