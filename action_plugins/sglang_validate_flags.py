@@ -24,10 +24,7 @@ except ImportError as exc:
 class ActionModule(ValidateAction):
     _VALID_ARGS = frozenset(("hosts",))
 
-    def validate(self, result: dict[str, Any]) -> dict[str, Any]:
-        hosts: dict[str, Any] = dict(self._task.args.get("hosts") or {})
-        if not hosts:
-            return {**result, "failed": True, "msg": "sglang_validate_flags: no hosts to validate"}
+    def validate(self, result: dict[str, Any], hosts: dict[str, Any]) -> dict[str, Any]:
         verdicts: dict[tuple[str, tuple[str, ...]], Any] = {}
         errors: list[str] = []
         checked: dict[str, str] = {}

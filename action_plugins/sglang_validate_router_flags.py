@@ -26,10 +26,7 @@ except ImportError as exc:
 class ActionModule(ValidateAction):
     _VALID_ARGS = frozenset(("hosts", "lock_dir"))
 
-    def validate(self, result: dict[str, Any]) -> dict[str, Any]:
-        hosts: dict[str, Any] = dict(self._task.args.get("hosts") or {})
-        if not hosts:
-            return {**result, "failed": True, "msg": "sglang_validate_router_flags: no hosts to validate"}
+    def validate(self, result: dict[str, Any], hosts: dict[str, Any]) -> dict[str, Any]:
         python = f"{sys.version_info.major}.{sys.version_info.minor}"
         lock = Path(str(self._task.args.get("lock_dir") or "")) / f"sglang-router-py{python}.txt"
         if not lock.is_file():

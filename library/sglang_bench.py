@@ -19,6 +19,7 @@ description:
     C(problem), not as a module failure, so the sweep's other results are kept; the playbook fails the host.
   - Changes nothing on the host (bench_serving's output goes to a private temporary directory that is
     removed). In check mode I(mode=plan) runs and I(mode=step) does not.
+extends_documentation_fragment: [sglang_api_key]
 options:
   mode:
     description: C(plan) the steps, or run one C(step).
@@ -74,13 +75,6 @@ options:
     description: Seconds the step may take in all; bench_serving is killed after that.
     type: float
     default: 3600
-  env_file:
-    description: The unit's EnvironmentFile= holding the API key.
-    type: path
-  api_key_env:
-    description: The key's variable in I(env_file).
-    type: str
-    default: SGLANG_API_KEY
 """
 
 RETURN = r"""
@@ -121,8 +115,7 @@ def main() -> None:
             "seed": {"type": "int", "default": bench.DEFAULT_SEED},
             "warmup_requests": {"type": "int"},
             "timeout": {"type": "float", "default": bench.DEFAULT_STEP_TIMEOUT_S},
-            "env_file": {"type": "path"},
-            "api_key_env": {"type": "str", "default": endpoint.API_KEY_ENV, "no_log": False},
+            **endpoint.API_KEY_OPTIONS,
         },
         required_if=[("mode", "step", ("concurrency", "num_prompts", "python"))],
         supports_check_mode=True,

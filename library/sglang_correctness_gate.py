@@ -14,6 +14,7 @@ description:
   - The API key is read on the host from the unit's 0600 environment file (I(env_file)), so it is in no
     command line and no task argument.
   - Read-only. In check mode nothing was restarted, so nothing is asked.
+extends_documentation_fragment: [sglang_api_key]
 options:
   url:
     description: The server's base URL as the host reaches it (sglang_server_resolved.endpoint.local_url).
@@ -28,13 +29,6 @@ options:
     type: list
     elements: dict
     required: true
-  env_file:
-    description: The unit's EnvironmentFile= holding the API key.
-    type: path
-  api_key_env:
-    description: The key's variable in I(env_file).
-    type: str
-    default: SGLANG_API_KEY
   inventory_hostname:
     description: The inventory host the task runs for; failure messages start with it.
     type: str
@@ -61,8 +55,7 @@ def main() -> None:
             "url": {"type": "str", "required": True},
             "model": {"type": "str", "required": True},
             "probes": {"type": "list", "elements": "dict", "required": True},
-            "env_file": {"type": "path"},
-            "api_key_env": {"type": "str", "default": endpoint.API_KEY_ENV, "no_log": False},
+            **endpoint.API_KEY_OPTIONS,
             "inventory_hostname": {"type": "str"},
         },
         supports_check_mode=True,

@@ -9,8 +9,8 @@ short_description: Write the Prometheus file_sd targets of the workers and route
 description:
   - Checks every target (host:port) and label, and the path (absolute, normalized, .json), then writes the
     groups to I(path) through a temporary file renamed into place (mode 0644) - unless something else is
-    there: a link, a directory, or a file that is not a targets list whose groups are sglang-deploy's
-    (labelled job sglang-worker or sglang-router), which is refused, naming it.
+    there (a link, a directory, or a file that is not a targets list whose groups are sglang-deploy's,
+    labelled job sglang-worker or sglang-router), which is refused, naming it.
   - The logic is module_utils/sglang_deploy_host/file_sd.py. Check mode writes nothing and shows the diff.
 options:
   path:

@@ -8,9 +8,9 @@ module: sglang_gpu_facts
 short_description: Read the host's GPUs (nvidia-smi), /dev/shm and disks, as the planner and preflight need them
 description:
   - Runs nvidia-smi (CSV query, XML query, P2P matrix) and parses it with the project's gpufacts
-    parser, the same one the unit's ExecStartPre= idle check and the CLI use. Read-only: runs in
+    parser, the same one the unit's ExecStartPre= idle check and the CLI use. Read-only, so it runs in
     check mode too.
-  - A host without nvidia-smi (bare OS, container) is not an error: I(gpu_facts.nvidia_smi_found)
+  - A host without nvidia-smi (bare OS, container) is not an error; I(gpu_facts.nvidia_smi_found)
     is false and I(gpu_facts.gpus) empty.
 options:
   disks:

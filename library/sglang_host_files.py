@@ -11,7 +11,7 @@ description:
     ExecStart=, which hands secrets to sglang in-process) and C(unitcheck.py) (the unit's
     validator before install) into I(dest), root-owned and read-only to everyone else.
   - C(watchdog) is not one file but a copy of the package the watchdog needs
-    (C(python3 -m sglang_deploy_host.watchdog), with C(PYTHONPATH=)I(dest)C(/python)): the watchdog
+    (C(python3 -m sglang_deploy_host.watchdog), with C(PYTHONPATH=)I(dest)C(/python)); the watchdog
     and the modules it imports, nothing else, in I(dest)C(/python/sglang_deploy_host/), mode 0644.
   - The source is the project's one copy, module_utils/sglang_deploy_host, which Ansible ships
     with this module; the CLI and the plugins import the same files.

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: sglang_known_hosts_plan
 short_description: Say which names of a known_hosts file must get a host's SSH host keys, changing nothing
 description:
-  - Read-only; runs in check mode too. For each name (an address, or a host name, written as ssh looks it up:
+  - Read-only; runs in check mode too. For each name (an address, or a host name, written as ssh looks it up,
     C([NAME]:PORT) off port 22), compares the known_hosts lines that are that name's alone (the name itself or
     its hash) with I(keys). A name whose lines hold exactly those keys is left alone; any other name is to be
     replaced - its old lines removed (C(ssh-keygen -R), which ansible.builtin.known_hosts runs) and I(keys)

@@ -19,7 +19,7 @@ description:
     I(path) (a venv made by hand) is moved into the store as C(preexisting-<UTC time>) when the
     switch happens, never deleted. Complete venvs beyond the current one and I(keep) others (the one
     served before first, then the newest) are removed, and so are incomplete ones.
-  - The install tries the uv cache alone first (C(uv pip sync --offline)): when every wheel of the lock is
+  - The install tries the uv cache alone first (C(uv pip sync --offline)); when every wheel of the lock is
     in I(uv_cache_dir) (a rebuild with the kept disk's cache and an unchanged lock), nothing is fetched, by
     construction. Only when that fails does it run again with the index; I(uv) in the result says which ran
     and how many bytes the cache grew by (what was fetched) and held before (what was reused).
@@ -30,7 +30,7 @@ description:
     again - its marker a root-owned report of a passed check of this lock, its lock the wanted one byte for byte,
     everything in it root's alone, no file in its site-packages that no installed package's RECORD lists, then
     the check itself (versions, imports, CUDA, kernels) run again. One that fails is set aside as
-    C(rejected-<digest>-<UTC time>) (never pruned: the operator's to inspect) and the lock is built beside it.
+    C(rejected-<digest>-<UTC time>) (never pruned, the operator's to inspect) and the lock is built beside it.
     I(uv) says C(reused_venv).
   - Check mode reports what would happen (also on a fresh host) and touches nothing. Diff shows
     the symlink's target and the store's listing before and after.
@@ -446,7 +446,7 @@ class MlEnv:
         )
 
     def reject_and_build(self, why: str) -> str:
-        """Set the kept venv aside (never pruned: the operator's to inspect) and build the lock beside it."""
+        """Set the kept venv aside (never pruned, the operator's to inspect) and build the lock beside it."""
         rejected = self.store / f"{mlenv.REJECTED}{self.digest}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}"
         os.rename(self.venv, rejected)
         built = self.build_or_remove()

@@ -13,6 +13,7 @@ description:
     line and no task argument. Requests go to that host only, follow no redirect, and each has a
     total deadline (the project's endpoint client).
   - Read-only. In check mode nothing was (re)started, so nothing is polled.
+extends_documentation_fragment: [sglang_api_key]
 options:
   url:
     description: Base URL; default from I(bind_host) and I(port) (a wildcard bind address means loopback).
@@ -34,13 +35,6 @@ options:
   unit:
     description: A systemd unit; the wait ends early when it failed.
     type: str
-  env_file:
-    description: The unit's EnvironmentFile= holding the API key.
-    type: path
-  api_key_env:
-    description: The key's variable in I(env_file).
-    type: str
-    default: SGLANG_API_KEY
   initial_delay:
     description: First pause between polls (s); it doubles up to I(max_delay).
     type: float
@@ -79,8 +73,7 @@ def main() -> None:
             "timeout": {"type": "float", "required": True},
             "path": {"type": "str", "default": endpoint.READY_PATH},
             "unit": {"type": "str"},
-            "env_file": {"type": "path"},
-            "api_key_env": {"type": "str", "default": endpoint.API_KEY_ENV, "no_log": False},
+            **endpoint.API_KEY_OPTIONS,
             "initial_delay": {"type": "float", "default": 2.0},
             "max_delay": {"type": "float", "default": 30.0},
         },

@@ -26,7 +26,7 @@ options:
     description: The source's files, relative path -> size in bytes (the hub's file list).
     type: dict
   manifest:
-    description: A file holding C({"files": {path: size}}), as the role records it beside I(dest).
+    description: 'A file holding C({"files": {path: size}}), as the role records it beside I(dest).'
     type: path
   margin_gib:
     description: Free space required beyond the bytes still to fetch, in GiB.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Record the real /metrics pages the monitoring (monitoring/: dashboard, alert rules) is checked
-# against (tests/unit/test_monitoring.py: every metric name a query uses must be in a recording).
+# against (tests/unit/observe/test_monitoring.py: every metric name a query uses must be in a recording).
 #
 #   bash scripts/record-metrics.sh router          the pinned sglang-router (the role's lock) in front of
 #                                                  two stand-in workers -> tests/fixtures/router-metrics/

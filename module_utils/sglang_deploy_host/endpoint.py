@@ -694,6 +694,14 @@ def systemd_unit_failed(unit: str) -> Callable[[], Optional[str]]:
 
 
 # -- the readiness gate (module sglang_wait_ready, and this file as a script) ----------------------
+# The options of every module that reads the key with api_key_from_env_file (documented once: the doc
+# fragment sglang_api_key). The variable's name is no secret.
+API_KEY_OPTIONS: dict[str, dict[str, Any]] = {
+    "env_file": {"type": "path"},
+    "api_key_env": {"type": "str", "default": API_KEY_ENV, "no_log": False},
+}
+
+
 def api_key_from_env_file(env_file: Optional[str], name: str) -> str:
     """``name`` from the unit's environment file, read here (the key never is on a command line
     or in a task's environment), else from this process's environment; "" when it is not set."""

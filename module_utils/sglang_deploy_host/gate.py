@@ -17,7 +17,7 @@ followed by a thousand tokens of junk. So a probe passes only when its answer
    to less than :data:`DEGENERATE_RATIO` of its size is a loop. Chosen over a repeated-n-gram share because it
    needs no tokenizer and catches loops in text without spaces as well as with them: the untrained tiny Llama's
    recorded answers compress to 0.05, the right word repeated to 0.01; natural prose 0.6-0.8, code 0.45-0.55, a
-   numbered list of 30 lines 0.16 (tests/unit/test_gate.py measures each).
+   numbered list of 30 lines 0.16 (tests/unit/host/test_gate.py measures each).
 
 A probe with ``context`` buries a fact in generated notes of ``filler_chars`` characters (a few thousand
 tokens; distractor facts of the same shape around it) and asks for it: precision loss in the KV cache shows

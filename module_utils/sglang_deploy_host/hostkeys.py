@@ -6,7 +6,7 @@ QEMU guest agent (library/sglang_pve_guest.py: the node's TLS-verified, token-au
 the keys in the control node's known_hosts (library/sglang_known_hosts_plan.py says what must change,
 ansible.builtin.known_hosts writes it), so the same run can go on over SSH with host keys checked. Nothing
 reaches known_hosts that did not parse here: one line, a known key type, base64 that decodes, and a key
-blob laid out as that type's (the type name inside it included). Unit tests: tests/unit/test_hostkeys.py.
+blob laid out as that type's (the type name inside it included). Unit tests: tests/unit/host/test_hostkeys.py.
 """
 
 from __future__ import annotations

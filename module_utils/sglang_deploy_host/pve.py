@@ -3,7 +3,7 @@
 Stdlib only, Python >= 3.9. The proxmox_vm role's modules (library/sglang_pve_plan.py through
 pve_plan.py, library/sglang_pve_root_disk.py) use it on the control node; the API calls themselves are in
 module_utils/sglang_pve_client.py (proxmoxer). Nothing here talks to a network, so every rule is
-unit-tested on plain data (tests/unit/test_proxmox_config.py).
+unit-tested on plain data (tests/unit/vm/test_proxmox_config.py).
 
 Facts the rules rest on (qemu-server and pve-manager, PVE 8 and 9):
 

@@ -95,7 +95,7 @@ class Lane:
     """What ``--fp4-gemm-backend auto`` runs on SM120 in this lane's sglang ("" = not known)."""
     choices: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """(flag, its values) for the flags the memory planner reads: what this lane's sglang takes (``plan``
-    refuses others offline), recorded from its parser; tests/unit/test_validator.py compares them with it."""
+    refuses others offline), recorded from its parser; tests/unit/launch/test_validator.py compares them with it."""
 
     def choices_for(self, flag: str) -> tuple[str, ...] | None:
         """The values ``flag`` (``speculative-algorithm``) takes in this lane's sglang; None when not recorded."""

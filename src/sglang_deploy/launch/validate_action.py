@@ -21,11 +21,16 @@ class ValidateAction(ActionBase):
     TRANSFERS_FILES = False
 
     def run(self, tmp: Any = None, task_vars: Any = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
+        # Each host's published resolution (sglang_server_resolved / sglang_router_resolved), by host name.
+        hosts: dict[str, Any] = dict(self._task.args.get("hosts") or {})
+        if not hosts:
+            return {**result, "failed": True, "msg": f"{self._task.action}: no hosts to validate"}
         with progress_to(display.display):
-            return self.validate(super().run(tmp, task_vars))
+            return self.validate(result, hosts)
 
-    def validate(self, result: dict[str, Any]) -> dict[str, Any]:
-        """``result`` (ActionBase's) with the verdict: ``failed``/``msg``, ``checked`` per host."""
+    def validate(self, result: dict[str, Any], hosts: dict[str, Any]) -> dict[str, Any]:
+        """``result`` (ActionBase's) with the verdict on ``hosts``: ``failed``/``msg``, ``checked`` per host."""
         raise NotImplementedError
 
     @staticmethod

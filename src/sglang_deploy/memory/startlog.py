@@ -5,7 +5,7 @@ dataclass repr), then the free GPU memory before and after the weights, the KV p
 free memory when the pool is done, each CUDA-graph capture (``mem usage`` = what the graphs took) with a
 progress line per captured batch size, and the final sizes with ``available_gpu_mem``. Its "GB" are GiB
 (``get_available_gpu_memory`` divides by 1 << 30). The memory planner is checked against these readings
-(``scripts/device/planner_vs_sglang.py``, ``tests/unit/test_glm5_architecture.py``).
+(``scripts/device/planner_vs_sglang.py``, ``tests/unit/memory/test_glm5_architecture.py``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ changes: the link moves to a new, empty directory; the old one is never read. Th
 only ``current``, so it is the same whether or not the host could be asked (``render`` asks none).
 
 The variables are the ones the pinned versions read (tests/fixtures/real-sglang/day2/cache-env-vars.txt
-records where each is read; tests/unit/test_jitcache.py keeps this list equal to it). Measured with
+records where each is read; tests/unit/serving/test_jitcache.py keeps this list equal to it). Measured with
 sglang 0.5.17 on an H200 (that directory's README.md): a start with the kept caches was ready after
 26.3 s against 108.7 s cold; the caches that filled were PYTHONPYCACHEPREFIX, TRITON_CACHE_DIR,
 FLASHINFER_WORKSPACE_BASE and TVM_FFI_CACHE_DIR.

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 from ansible.errors import AnsibleFilterError
 from conftest import ROOT
-from test_server import API_KEY, inputs
+from server_inputs import API_KEY, inputs
 
 from sglang_deploy.serving import server
 from sglang_deploy_host import endpoint

@@ -20,7 +20,7 @@ from sglang_deploy.observe import doctor
 from sglang_deploy.playbook import runner
 from sglang_deploy.commands import doctor as doctor_command
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LOGS = ROOT / "tests" / "fixtures" / "logs"
 REQUIRED_IDS = {
     "cuda-graph-oom", "kv-cache-too-small", "gpu-busy", "p2p-unsupported", "nccl-timeout",

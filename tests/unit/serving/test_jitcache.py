@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT
-from test_server import facts, inputs
+from server_inputs import facts, inputs
 
 from sglang_deploy.serving import jitcache, server
 

@@ -44,7 +44,7 @@ def _resolve(api_key: str = "router-key-0123456789", **changes: object) -> dict[
 
 
 def _server(host: str, **overrides: object) -> dict[str, object]:
-    from test_server import resolve
+    from server_inputs import resolve
 
     return resolve(host=host, **overrides)
 

@@ -13,7 +13,7 @@ import pytest
 
 from sglang_deploy_host import systemd
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 UNIT = """\
 [Service]

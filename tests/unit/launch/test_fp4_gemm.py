@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_server import facts, resolve
+from server_inputs import facts, resolve
 
 from sglang_deploy.lanes import lock
 from sglang_deploy.launch import fp4_gemm

@@ -1,7 +1,7 @@
 """The sglang stand-in's streams, which the benchmark tests measure: shapes of sglang 0.5.10.post1's
 /generate and OpenAI streams, exact token counts, the pacing model (first token after the TTFT, then
 1/min(R, C/n) apart), injected failures and the stall. Plain HTTP on 127.0.0.1, no bench_serving
-(tests/unit/test_bench_serving.py runs that)."""
+(tests/unit/bench/test_bench_serving.py runs that)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from sglang_deploy.memory import planner, startlog
 from sglang_deploy.observe import doctor
 from sglang_deploy_host import endpoint, gate
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RUN = ROOT / "tests" / "fixtures" / "real-sglang" / "h200-sglang-0.5.17"
 LOGS = sorted(RUN.glob("*.sglang.log"))
 # inventory/device/group_vars/device_h200.yml: sglang_server_memory_plan and the launch flags.

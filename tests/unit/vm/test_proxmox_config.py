@@ -1,7 +1,7 @@
 """The Proxmox layer's logic on plain data: module_utils/sglang_deploy_host/pve.py (the VM as PVE keys, the
 diff, privileges, GPU users), pve_plan.py (the planner on a stand-in API), pcidev.py (vfio readiness from
 sysfs) and blockdev.py (what counts as blank). The role end to end against fakepve is
-tests/unit/test_proxmox_vm_*.py."""
+tests/unit/vm/test_proxmox_vm_*.py."""
 
 from __future__ import annotations
 

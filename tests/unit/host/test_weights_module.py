@@ -3,7 +3,7 @@
 Each call is `ansible -m MODULE` (or, for the background copy, a playbook with async as the role runs
 it) with the project's ansible.cfg, a local connection and everything under tmp_path: Ansible ships
 module_utils/sglang_deploy_host with the module, as it does to a host. The checkpoint is the tiny real
-one of tests/fixtures/tiny_checkpoint.py; tests/unit/test_weights.py tests the logic underneath.
+one of tests/fixtures/tiny_checkpoint.py; tests/unit/host/test_weights.py tests the logic underneath.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """sglang-deploy bench without a server: the sweep plan, bench_serving's arguments and environment,
 what is redacted, the bounded child process, baselines and the verdict, the report files, and bad
-input (one line, exit 2). tests/unit/test_bench_serving.py runs the real bench_serving against the
-stand-in; tests/unit/test_bench_standin.py checks the stand-in's streams and pacing."""
+input (one line, exit 2). tests/unit/bench/test_bench_serving.py runs the real bench_serving against the
+stand-in; tests/unit/bench/test_bench_standin.py checks the stand-in's streams and pacing."""
 
 from __future__ import annotations
 
@@ -398,7 +398,7 @@ def test_the_compare_command_writes_the_comparison_and_exits_on_the_verdict(tmp_
 
 
 # --- speculative decoding that drafts for nothing (recorded on the H200, GLM-5's architecture, random weights) ---
-REAL_GLM5 = Path(__file__).resolve().parents[1] / "fixtures" / "real-sglang" / "h200-glm5-arch-0.5.17"
+REAL_GLM5 = Path(__file__).resolve().parents[2] / "fixtures" / "real-sglang" / "h200-glm5-arch-0.5.17"
 
 
 def test_a_speculative_run_that_accepts_about_one_token_is_inert() -> None:

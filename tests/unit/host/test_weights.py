@@ -1,5 +1,5 @@
 """sglang_deploy_host.weights: the completeness check, plan and copy behind the hf_model role's modules,
-on real safetensors files (tests/unit/test_weights_module.py runs the modules themselves)."""
+on real safetensors files (tests/unit/host/test_weights_module.py runs the modules themselves)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import ROOT
-from test_server import inputs
+from server_inputs import inputs
 
 from sglang_deploy.launch import checkpoints
 from sglang_deploy.serving import server

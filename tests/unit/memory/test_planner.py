@@ -23,7 +23,7 @@ from sglang_deploy.memory import planner
 from sglang_deploy.commands import plan as plan_command
 from sglang_deploy.memory.planner import PlanInputs, kv_cell, plan, sglang_default_settings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MODELS = ROOT / "tests" / "fixtures" / "models"
 GLM5 = json.loads((MODELS / "glm-5" / "config.json").read_text())
 LLAMA = json.loads((MODELS / "llama-3.1-8b" / "config.json").read_text())

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from seed_004 import SEED_004_FLAGS
 
 from sglang_deploy.launch import validator
@@ -709,3 +711,17 @@ def test_the_lanes_recorded_choices_are_its_parsers(lane_name: str) -> None:
             capture_output=True, text=True, timeout=300, check=True,
         ).stdout.split()  # fmt: skip
         assert set(recorded) == (set(names) - {"NONE"}) | {"NEXTN"}, (names, recorded)
+
+
+@pytest.mark.parametrize("action", ["sglang_validate_flags", "sglang_validate_router_flags"])
+def test_a_validating_action_without_hosts_fails_naming_itself(action: str, tmp_path: Path) -> None:
+    """The actions' shared base (launch/validate_action.py) reads the hosts: none is a failure, not a pass."""
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible")), "localhost", "-i", "localhost,", "-c", "local",
+         "-m", action, "-a", json.dumps({"hosts": {}}), "--tree", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp")},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    result = json.loads((tmp_path / "localhost").read_text())
+    assert result["msg"] == f"{action}: no hosts to validate", result  # the tree drops "failed"; rc 2 says it
