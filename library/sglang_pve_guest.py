@@ -18,10 +18,6 @@ description:
     else fails the module, so nothing unchecked reaches known_hosts. The channel is the node's API (its TLS
     certificate verified, the token authenticated), not the network the guest is reached on.
 options:
-  node:
-    description: PVE's name of the node.
-    type: str
-    required: true
   vmid:
     description: The VM.
     type: int
@@ -34,10 +30,6 @@ options:
     description: Seconds between two tries.
     type: float
     default: 5
-  inventory_hostname:
-    description: The serving host the VM is; messages start with it.
-    type: str
-    default: ""
   host_keys:
     description:
       - Also read the guest's SSH host public keys (needs C(VM.GuestAgent.FileRead) on PVE 9, C(VM.Monitor) on PVE 8).
@@ -45,6 +37,7 @@ options:
     default: false
 extends_documentation_fragment:
   - community.proxmox.proxmox.documentation
+  - sglang_pve_vm
 """
 
 RETURN = r"""

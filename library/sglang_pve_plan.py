@@ -19,10 +19,6 @@ description:
     are community.proxmox.proxmox_kvm parameters. The checks and the plan are
     module_utils/sglang_deploy_host/pve_plan.py, the configuration logic pve.py beside it.
 options:
-  node:
-    description: PVE's name of the node the VM lives on.
-    type: str
-    required: true
   vm:
     description: The VM definition, the fields of VmSpec in pve.py (the role's proxmox_vm_* variables).
     type: dict
@@ -44,16 +40,13 @@ options:
     description: Where the node downloads the cloud image from when the I(vm.image) volume is missing.
     type: str
     default: ""
-  inventory_hostname:
-    description: The serving host the VM is; messages start with it.
-    type: str
-    default: ""
   restart_allowed:
     description: The run may restart a running VM so that pending changes apply (then the privileges include it).
     type: bool
     default: false
 extends_documentation_fragment:
   - community.proxmox.proxmox.documentation
+  - sglang_pve_vm
 """
 
 RETURN = r"""

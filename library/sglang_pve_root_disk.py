@@ -16,10 +16,6 @@ description:
   - Without I(replace) it only grows the root disk a new VM was created with (community.proxmox.proxmox_kvm
     imports it at create).
 options:
-  node:
-    description: PVE's name of the node.
-    type: str
-    required: true
   vmid:
     description: The VM.
     type: int
@@ -52,12 +48,9 @@ options:
     description: Seconds each PVE task (import, resize) may take.
     type: int
     default: 900
-  inventory_hostname:
-    description: The serving host the VM is; messages start with it.
-    type: str
-    default: ""
 extends_documentation_fragment:
   - community.proxmox.proxmox.documentation
+  - sglang_pve_vm
 """
 
 RETURN = r"""

@@ -69,7 +69,6 @@ import json
 import mmap
 import os
 import re
-import stat
 import struct
 import sys
 from collections.abc import Iterable, Iterator, Sequence

@@ -17,7 +17,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 
 from sglang_deploy.memory import planner
 from sglang_deploy.commands import plan as plan_command
