@@ -36,6 +36,12 @@ def sglang_server_resolve(inputs: Any, host: str, gpu_facts: Any = None, checkpo
         raise AnsibleFilterError(str(err)) from None
 
 
+def sglang_server_basis(inputs: Any, host: str, gpu_facts: Any = None, checkpoint: Any = None) -> str:
+    """What a resolution of these inputs would be made from (server.basis): resolve.yml resolves again only
+    when it differs from the run's last one (``sglang_server_resolved.basis``)."""
+    return server.basis(_inputs(inputs, host), gpu_facts or None, checkpoint or None)
+
+
 def sglang_server_model_path(inputs: Any, host: str) -> str:
     """The directory the server loads, as the merged flags name it ("" when none on the host's disk)."""
     try:
@@ -97,6 +103,7 @@ class FilterModule:
         return {
             "sglang_check_variables": sglang_check_variables,
             "sglang_server_resolve": sglang_server_resolve,
+            "sglang_server_basis": sglang_server_basis,
             "sglang_server_model_path": sglang_server_model_path,
             "sglang_server_secrets": sglang_server_secrets,
             "sglang_env_file_lines": sglang_env_file_lines,

@@ -28,6 +28,11 @@ def sglang_router_resolve(settings: Any, unit: Any, host: str, api_key: Any = ""
     return _call(router.resolve, dict(settings), dict(unit), host=host, api_key=str(api_key or ""))
 
 
+def sglang_router_basis(settings: Any, unit: Any, api_key: Any = "") -> str:
+    """What a resolution of these settings would be made from (router.basis; no secret in it)."""
+    return _call(router.basis, dict(settings), dict(unit), api_key=str(api_key or ""))
+
+
 def sglang_router_env_file_lines(api_key: Any) -> list[str]:
     return _call(router.env_file_lines, str(api_key or ""))
 
@@ -73,6 +78,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "sglang_router_resolve": sglang_router_resolve,
+            "sglang_router_basis": sglang_router_basis,
             "sglang_router_env_file_lines": sglang_router_env_file_lines,
             "sglang_worker_urls": sglang_worker_urls,
             "sglang_router_endpoints": sglang_router_endpoints,

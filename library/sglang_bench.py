@@ -36,9 +36,8 @@ options:
     elements: int
     default: []
   prompts_per_concurrency:
-    description: Prompts per concurrent request (I(mode=plan)); at least 5.
+    description: Prompts per concurrent request (I(mode=plan)); at least 5 (role default sglang_deploy_bench_prompts_per_concurrency).
     type: int
-    default: 5
   concurrency:
     description: The step's concurrency (I(mode=step)).
     type: int
@@ -52,29 +51,26 @@ options:
     description: Tokenizer directory; default C(tokenizer-path), else the model directory of I(flags).
     type: path
   backend:
-    description: bench_serving backend (C(sglang) = /generate; the OpenAI chat backend counts only C(delta.content)).
+    description:
+      - bench_serving backend (C(sglang) = /generate; the OpenAI chat backend counts only C(delta.content)); I(mode=step).
+      - No option of this module has a default of the sweep's own; the sglang_deploy_bench role passes its defaults.
     type: str
     choices: [sglang, sglang-oai-chat, sglang-oai]
-    default: sglang
   input_len:
-    description: Input tokens per request.
+    description: Input tokens per request (I(mode=step)).
     type: int
-    default: 1024
   output_len:
-    description: Output tokens per request.
+    description: Output tokens per request (I(mode=step)).
     type: int
-    default: 512
   seed:
-    description: bench_serving's random seed.
+    description: bench_serving's random seed (I(mode=step)).
     type: int
-    default: 1
   warmup_requests:
     description: Warm-up requests before the measurement; default the step's concurrency.
     type: int
   timeout:
-    description: Seconds the step may take in all; bench_serving is killed after that.
+    description: Seconds the step may take in all; bench_serving is killed after that (I(mode=step)).
     type: float
-    default: 3600
 """
 
 RETURN = r"""
@@ -104,20 +100,24 @@ def main() -> None:
             "mode": {"type": "str", "choices": ["plan", "step"], "required": True},
             "flags": {"type": "dict", "required": True},
             "concurrencies": {"type": "list", "elements": "int", "default": []},
-            "prompts_per_concurrency": {"type": "int", "default": bench.MIN_PROMPTS_PER_CONCURRENCY},
+            "prompts_per_concurrency": {"type": "int"},
             "concurrency": {"type": "int"},
             "num_prompts": {"type": "int"},
             "python": {"type": "path"},
             "tokenizer": {"type": "path"},
-            "backend": {"type": "str", "choices": list(bench.BACKENDS), "default": bench.DEFAULT_BACKEND},
-            "input_len": {"type": "int", "default": bench.DEFAULT_INPUT_LEN},
-            "output_len": {"type": "int", "default": bench.DEFAULT_OUTPUT_LEN},
-            "seed": {"type": "int", "default": bench.DEFAULT_SEED},
+            "backend": {"type": "str", "choices": list(bench.BACKENDS)},
+            "input_len": {"type": "int"},
+            "output_len": {"type": "int"},
+            "seed": {"type": "int"},
             "warmup_requests": {"type": "int"},
-            "timeout": {"type": "float", "default": bench.DEFAULT_STEP_TIMEOUT_S},
+            "timeout": {"type": "float"},
             **endpoint.API_KEY_OPTIONS,
         },
-        required_if=[("mode", "step", ("concurrency", "num_prompts", "python"))],
+        # No defaults here: the sglang_deploy_bench role's are the only ones, and it passes each.
+        required_if=[
+            ("mode", "plan", ("prompts_per_concurrency",)),
+            ("mode", "step", ("concurrency", "num_prompts", "python", "backend", "input_len", "output_len", "seed", "timeout")),
+        ],
         supports_check_mode=True,
     )
     params = module.params

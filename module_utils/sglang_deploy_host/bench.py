@@ -50,14 +50,10 @@ from .endpoint import base_url as server_url
 DEFAULT_CONCURRENCIES = (1, 8, 16, 32, 64)
 # sglang's benchmark guidance: at least 5 prompts per concurrent slot, so the steady state dominates.
 MIN_PROMPTS_PER_CONCURRENCY = 5
-DEFAULT_INPUT_LEN = 1024
-DEFAULT_OUTPUT_LEN = 512
-DEFAULT_SEED = 1
-# bench_serving itself waits up to 6 hours per request (aiohttp); a step gets this much in all.
-DEFAULT_STEP_TIMEOUT_S = 3600.0
 # Backends of bench_serving this tool offers: sglang's native /generate, and its OpenAI routes.
 BACKENDS = ("sglang", "sglang-oai-chat", "sglang-oai")
-DEFAULT_BACKEND = "sglang"
+# The sweep's defaults (lengths, seed, backend, step timeout) are the sglang_deploy_bench role's
+# (roles/sglang_deploy_bench/defaults/main.yml): the role passes each to the module, the CLI reads them there.
 BENCH_MODULE = "sglang.bench_serving"
 # How a step starts bench_serving in a Python: aiohttp (its HTTP client) follows redirects by default, so a
 # server that answers 3xx would have another server measured under its name. With redirects off, a 3xx
@@ -110,14 +106,15 @@ class Settings:
     base_url: str
     model: str
     tokenizer: str
-    backend: str = DEFAULT_BACKEND
-    input_len: int = DEFAULT_INPUT_LEN
-    output_len: int = DEFAULT_OUTPUT_LEN
-    seed: int = DEFAULT_SEED
+    backend: str
+    input_len: int
+    output_len: int
+    seed: int
+    # Seconds one step may take in all (bench_serving itself would wait up to 6 hours per request).
+    timeout_s: float
     # Requests sent together before each step's measurement; None: as many as the step's concurrency
     # (warms the batch size that step runs at).
     warmup_requests: Optional[int] = None
-    timeout_s: float = DEFAULT_STEP_TIMEOUT_S
 
     def check(self) -> "Settings":
         check_numbers(self.backend, self.input_len, self.output_len, self.warmup_requests, self.timeout_s)

@@ -1,6 +1,6 @@
 """The Prometheus file_sd targets file: written only where it is ours, with targets Prometheus can scrape.
 
-STDLIB ONLY, Python >= 3.9 (the module sglang_file_sd runs it for playbooks/file_sd.yml). A targets file is a
+STDLIB ONLY, Python >= 3.9 (the module sglang_file_sd runs it for playbooks/router.yml). A targets file is a
 JSON list of groups (``{"targets": ["host:port"], "labels": {...}}``); Prometheus re-reads it whenever it
 changes, so a wrong one is a scrape configuration gone, and a path that names somebody else's file would be
 overwritten with ours. So:

@@ -1,7 +1,7 @@
 """testinfra suite for an sglang-router host (roles/sglang_router): the hardened unit, the secret kept
 out of argv, the router's health, its workers listed and healthy, and a chat through it.
 
-Run by molecule/sglang_router and by playbooks/verify_router.yml against each host of sglang_routers
+Run by molecule/sglang_router and by playbooks/verify.yml against each host of sglang_routers
 (other hosts are skipped). Expectations come from the environment:
   SGLANG_ROUTER_TEST_URL      the router as reached on its host (default http://127.0.0.1:30080)
   SGLANG_ROUTER_TEST_WORKERS  comma-separated worker URLs the router must list healthy

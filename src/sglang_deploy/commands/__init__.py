@@ -11,11 +11,14 @@ import argparse
 import os
 import stat
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from rich.console import Console
 
 from sglang_deploy_host import endpoint
 from sglang_deploy import inputfiles
+from sglang_deploy.playbook import variables
 from sglang_deploy.playbook.runner import project_dir
 
 # Where the commands and cli.main print their rich-marked-up lines: stderr.
@@ -33,6 +36,28 @@ def add_inventory_args(parser: argparse.ArgumentParser, *, help_text: str = DEFA
 def inventories(args: argparse.Namespace) -> list[str]:
     """The ``-i`` paths given, else the project's inventory/proxmox."""
     return args.inventory or [str(project_dir() / "inventory" / "proxmox")]
+
+
+def role_defaults(role: str) -> dict[str, Any]:
+    """The role's defaults, for the options that stand for its variables (the one place a default is written).
+    Empty where the project or the role cannot be read, so that building the parser (``--help``) never fails;
+    a command that needs one says so when it runs (:func:`missing_role_defaults`)."""
+    try:
+        return variables.role_defaults(role, project_dir() / "roles")
+    except (SystemExit, variables.UnknownVariablesError):
+        return {}
+
+
+def missing_role_defaults(command: str, role: str, values: Mapping[str, Any]) -> int | None:
+    """A usage error naming the role's defaults file when an option that takes its default from there has none."""
+    missing = sorted(name for name, value in values.items() if value is None)
+    if not missing:
+        return None
+    return usage_error(
+        command,
+        f"no default for {', '.join(missing)}: roles/{role}/defaults/main.yml of the project could not be read. "
+        "Fix: run from the checkout (or set SGLANG_DEPLOY_PROJECT to it), or give the options",
+    )
 
 
 def usage_error(command: str, message: str) -> int:

@@ -35,16 +35,25 @@ from sglang_deploy_host import bench as host_bench
 from sglang_deploy_host import endpoint
 from sglang_deploy import __version__, bench
 from sglang_deploy.playbook import runner
-from sglang_deploy.commands import ApiKeyError, add_api_key_args, add_inventory_args, api_key_from, usage_error
+from sglang_deploy.commands import (
+    ApiKeyError,
+    add_api_key_args,
+    add_inventory_args,
+    api_key_from,
+    missing_role_defaults,
+    role_defaults,
+    usage_error,
+)
 from sglang_deploy.lanes import DEFAULT_LANE, LaneError, load_lane
 from sglang_deploy.launch.validator_venv import ValidatorError
 
 _console = Console(stderr=True, highlight=False, soft_wrap=True)
 PLAYBOOK = "playbooks/bench.yml"
+ROLE = "sglang_deploy_bench"
 STEP_TASK = "Run bench_serving at each concurrency"
 
 BACKEND_HELP = (
-    "bench_serving backend (default sglang: the native /generate, which counts every generated token). "
+    "bench_serving backend (sglang: the native /generate, which counts every generated token). "
     "The OpenAI chat backend (sglang-oai-chat) counts only delta.content, so with --reasoning-parser "
     "(glm45 in the profile) the thinking tokens are invisible to it: its TTFT is the time to the first "
     "answer token after the thinking, its ITL and token counts are wrong"
@@ -73,18 +82,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--concurrency", type=_concurrencies,
         help="comma-separated concurrencies (default 1,8,16,32,64, capped and topped by the server's --max-running-requests)",
     )  # fmt: skip
+    # The sweep's defaults are the role's (roles/sglang_deploy_bench/defaults/main.yml), for -i and --endpoint alike.
+    role = role_defaults(ROLE)
+
+    def default(name: str) -> Any:
+        return role.get(f"{ROLE}_{name}")
+
     sweep.add_argument(
-        "--prompts-per-concurrency", type=int, default=host_bench.MIN_PROMPTS_PER_CONCURRENCY,
-        help="prompts per concurrent request in each step (default and minimum 5)",
+        "--prompts-per-concurrency", type=int, default=default("prompts_per_concurrency"),
+        help=f"prompts per concurrent request in each step (default {default('prompts_per_concurrency')}, "
+        f"minimum {host_bench.MIN_PROMPTS_PER_CONCURRENCY})",
     )  # fmt: skip
-    sweep.add_argument("--input-len", type=int, default=host_bench.DEFAULT_INPUT_LEN, help="input tokens per request (default 1024)")
-    sweep.add_argument("--output-len", type=int, default=host_bench.DEFAULT_OUTPUT_LEN, help="output tokens per request (default 512)")
-    sweep.add_argument("--backend", choices=host_bench.BACKENDS, default=host_bench.DEFAULT_BACKEND, help=BACKEND_HELP)
-    sweep.add_argument("--seed", type=int, default=host_bench.DEFAULT_SEED, help="bench_serving's random seed (default 1)")
-    sweep.add_argument("--warmup-requests", type=int, help="warm-up requests before each step (default: the step's concurrency)")
+    sweep.add_argument("--input-len", type=int, default=default("input_len"), help=f"input tokens per request (default {default('input_len')})")
+    sweep.add_argument("--output-len", type=int, default=default("output_len"), help=f"output tokens per request (default {default('output_len')})")
+    sweep.add_argument("--backend", choices=host_bench.BACKENDS, default=default("backend"),
+                       help=f"{BACKEND_HELP} (default {default('backend')})")  # fmt: skip
+    sweep.add_argument("--seed", type=int, default=default("seed"), help=f"bench_serving's random seed (default {default('seed')})")
+    sweep.add_argument("--warmup-requests", type=int, default=default("warmup_requests"),
+                       help="warm-up requests before each step (default: the step's concurrency)")  # fmt: skip
     sweep.add_argument(
-        "--step-timeout", type=float, default=host_bench.DEFAULT_STEP_TIMEOUT_S,
-        help="seconds one step may take before bench_serving is killed (default 3600)",
+        "--step-timeout", type=float, default=default("step_timeout"),
+        help=f"seconds one step may take before bench_serving is killed (default {default('step_timeout')})",
     )  # fmt: skip
     verdict = parser.add_argument_group("the verdict")
     verdict.add_argument(
@@ -120,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
         args.resolved_api_key = api_key_from(args)
     except ApiKeyError as err:
         return usage_error("bench", str(err))
+    sweep = ("prompts-per-concurrency", "input-len", "output-len", "backend", "seed", "step-timeout")
+    refused = missing_role_defaults("bench", ROLE, {f"--{o}": getattr(args, o.replace("-", "_")) for o in sweep})
+    if refused is not None:
+        return refused
     if not (0 < args.threshold < 1):
         return usage_error("bench", f"--threshold {args.threshold} must be between 0 and 1 (0.10 = 10% slower is a regression)")
     out = Path(args.out).resolve() if args.out else runner.project_dir() / "artifacts" / "bench"

@@ -19,6 +19,7 @@ from typing import Any
 
 from sglang_deploy import inputfiles
 from sglang_deploy.observe import doctor
+from sglang_deploy.commands import missing_role_defaults, role_defaults
 from sglang_deploy_host import watchdog
 
 DEFAULT_JOURNAL_LINES = 5000
@@ -38,7 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("log", nargs="?", help="log file, or - for stdin")
     p.add_argument("-i", "--inventory", help="read the unit's journal on this inventory's hosts")
     p.add_argument("--host", help="host or pattern (default: sglang_servers)")
-    p.add_argument("--unit", default="sglang", help="systemd unit (default: sglang)")
+    # The server role's unit name is the one default (roles/sglang_server/defaults/main.yml).
+    unit = role_defaults("sglang_server").get("sglang_server_name")
+    p.add_argument("--unit", default=unit, help=f"systemd unit (default: {unit})")
     p.add_argument("--lines", type=int, default=DEFAULT_JOURNAL_LINES,
                    help=f"journal lines to read (1 to {MAX_JOURNAL_LINES:,}; default {DEFAULT_JOURNAL_LINES})")
     p.add_argument("--plan", help="`sglang-deploy plan --json` output, to fill planner values")
@@ -47,6 +50,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    # --unit is the journal's unit on the hosts of -i; a log file needs none.
+    refused = missing_role_defaults("doctor", "sglang_server", {"--unit": args.unit}) if args.inventory else None
+    if refused is not None:
+        return refused
     if args.log and args.inventory:
         print("doctor: give a log file (or -) or -i INVENTORY, not both", file=sys.stderr)
         return 2

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sglang_deploy.commands import usage_error
+from sglang_deploy.commands import missing_role_defaults, role_defaults, usage_error
 from sglang_deploy.playbook.runner import InventoryError, run_playbook, serving_hosts
 
 PLAYBOOK = "playbooks/rolling.yml"
@@ -32,7 +32,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("-i", "--inventory", action="append", required=True, help="inventory path (repeatable)")
     parser.add_argument("-l", "--limit", help="roll only these workers (Ansible pattern); the routers are always used")
-    parser.add_argument("--serial", type=_positive_int, default=1, help="workers restarted at a time (default 1; at most workers - 1)")
+    # The role's default is the one (roles/sglang_rolling/defaults/main.yml).
+    serial = role_defaults("sglang_rolling").get("sglang_rolling_serial")
+    parser.add_argument(
+        "--serial", type=_positive_int, default=serial, help=f"workers restarted at a time (default {serial}; at most workers - 1)"
+    )
     parser.add_argument(
         "--drain-timeout", type=_positive_int, help="seconds to wait for a worker's in-flight requests to reach 0 (default 300)"
     )
@@ -51,6 +55,9 @@ def _positive_int(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    refused = missing_role_defaults("rollout", "sglang_rolling", {"--serial": args.serial})
+    if refused is not None:
+        return refused
     inventories = list(args.inventory)
     workers = serving_hosts(inventories, args.limit)  # a bad inventory or limit stops here (exit 2)
     try:

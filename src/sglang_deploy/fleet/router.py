@@ -23,6 +23,7 @@ from typing import Any
 
 from sglang_deploy_host import endpoint, sglang_launcher, systemd
 from sglang_deploy_host import file_sd as targets_file
+from sglang_deploy.playbook import resolution
 
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
 """sglang-router 0.3.2's --policy choices."""
@@ -164,12 +165,20 @@ def resolve(settings: Mapping[str, Any], unit: Mapping[str, Any], *, host: str, 
     allow_unauthenticated, venv, metrics_address, file_sd_path too); ``unit``: the unit's values for
     systemd.unit_settings. Returns flags, the ExecStart= (the server's launcher, which hands the key
     over in-process and strips the router's colour codes), the environment, the unit's checked values,
-    and how the host itself (url, metrics_url) and Prometheus (metrics_target) reach it.
+    and how the host itself (url, metrics_url) and Prometheus (metrics_target) reach it; ``basis``: what it was
+    resolved from (:func:`basis`).
     """
     try:
-        return _resolve(settings, unit, host, api_key)
+        resolved = _resolve(settings, unit, host, api_key)
     except (RouterConfigError, systemd.UnitValueError, ValueError) as err:
         raise RouterConfigError(f"host {host}: {err}") from None
+    return {**resolved, "basis": basis(settings, unit, api_key=api_key)}
+
+
+def basis(settings: Mapping[str, Any], unit: Mapping[str, Any], *, api_key: str) -> str:
+    """What :func:`resolve` reads, as a digest (playbook/resolution.py; the key as whether it is set): the
+    role resolves its router again only when this changed since the run's last resolution."""
+    return resolution.basis(dict(settings), dict(unit), bool(api_key))
 
 
 def _resolve(settings: Mapping[str, Any], unit_values: Mapping[str, Any], host: str, api_key: str) -> dict[str, Any]:

@@ -51,6 +51,19 @@ def role_variables(roles_dir: str) -> tuple[frozenset[str], tuple[str, ...]]:
     return frozenset(defined), tuple(sorted(prefixes, key=len, reverse=True))
 
 
+def role_defaults(role: str, roles_dir: str | Path) -> dict[str, Any]:
+    """A role's ``defaults/main.yml``, the one place its defaults are written: a CLI option that stands for a
+    role's variable takes its default from here, never from a second literal."""
+    path = Path(roles_dir) / role / "defaults" / "main.yml"
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise UnknownVariablesError(f"cannot read the defaults of role {role} ({path}): {err}") from None
+    if not isinstance(values, dict):
+        raise UnknownVariablesError(f"{path} holds no variables")
+    return values
+
+
 def _published(text: str) -> set[str]:
     """The fact names a task file sets (the keys right under ``set_fact:``), ``__`` ones left out."""
     names: set[str] = set()

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from sglang_deploy_host import endpoint, gpufacts, systemd
@@ -37,6 +37,7 @@ from sglang_deploy.memory import planner
 from sglang_deploy.serving import jitcache, preflight
 from sglang_deploy.memory.plan_inputs import PLAN_VAR, PlanSources, plan_inputs
 from sglang_deploy.lanes import Lane, LaneError, load_lane
+from sglang_deploy.playbook import resolution
 from sglang_deploy.launch import (
     LaunchConfig,
     LaunchConfigError,
@@ -131,6 +132,7 @@ class ResolvedServer:
     jit_cache: dict[str, Any] = field(default_factory=dict)
     checkpoint: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    basis: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """``state``: the service state asked for; ``flags``: the canonical launch flags (what sglang gets; ``{env: NAME}`` for secrets);
@@ -143,7 +145,8 @@ class ResolvedServer:
         timer's units and checked values (:func:`watchdog_settings`); ``jit_cache``:
         :func:`jitcache.resolve` (``{}`` without a kept disk); ``checkpoint``: what is known of the served
         checkpoint's draft and experts and from where (``{}``: nothing, :func:`_checkpoint_summary`);
-        ``warnings``: what the operator should read before the unit starts (nothing refused)."""
+        ``warnings``: what the operator should read before the unit starts (nothing refused); ``basis``: what it
+        was resolved from (:func:`basis`), so the role resolves again only when that changed."""
         return asdict(self)
 
 
@@ -158,11 +161,23 @@ def resolve(
     the host's inspection of the served weights (the sglang_checkpoint module's ``inspection``), which
     judges the launch; without it the known checkpoints do (known_checkpoints.yml)."""
     try:
-        return _resolve(inputs, host, gpu_facts, checkpoint)
+        return replace(_resolve(inputs, host, gpu_facts, checkpoint), basis=basis(inputs, gpu_facts, checkpoint))
     except (
         LaunchConfigError, planner.PlanError, systemd.UnitValueError, preflight.PreflightError, jitcache.JitCacheError
     ) as err:
         raise ResolveError(f"host {host}: {err}") from None
+
+
+def basis(
+    inputs: ServerInputs, gpu_facts: Mapping[str, Any] | None = None, checkpoint: Mapping[str, Any] | None = None
+) -> str:
+    """What :func:`resolve` reads, as a digest (playbook/resolution.py): the role's inputs with each secret
+    as whether it is set and its names, the GPU facts as the resolver sees them, the checkpoint's inspection."""
+    # Not asdict: Ansible's lazy containers cannot be deep-copied by type; json reads them as they are.
+    values: dict[str, Any] = {name: getattr(inputs, name) for name in inputs.__dataclass_fields__}
+    values["api_key"] = bool(inputs.api_key)
+    values["secret_env"] = sorted(str(name) for name in (inputs.secret_env or {}))
+    return resolution.basis(values, resolution.gpu_facts_basis(gpu_facts), dict(checkpoint or {}))
 
 
 def _resolve(

@@ -19,6 +19,8 @@ from sglang_deploy import bench, cli
 from sglang_deploy_host import bench as host_bench
 
 KEY = "bench-unit-test-key-7f3a"
+# The sweep as the sglang_deploy_bench role's defaults give it (the module has no defaults of its own).
+ROLE_SWEEP = {"backend": "sglang", "input_len": 1024, "output_len": 512, "seed": 1, "timeout_s": 3600.0}
 
 
 # --- the plan ---------------------------------------------------------------------------------------
@@ -47,9 +49,9 @@ def test_a_sweep_that_measures_nothing_useful_is_refused(concurrencies: list[int
 def test_settings_from_the_launch_flags_reach_the_server_on_its_own_host() -> None:
     flags = {"host": "0.0.0.0", "port": "8000", "model": "/var/lib/sglang/models/m/rev", "served-model-name": "glm-5",
              "max-running-requests": "64", "api-key": {"env": "SGLANG_API_KEY"}}  # fmt: skip
-    settings = host_bench.settings_from_flags(flags)
+    settings = host_bench.settings_from_flags(flags, **ROLE_SWEEP)
     assert (settings.base_url, settings.model, settings.tokenizer) == ("http://127.0.0.1:8000", "glm-5", flags["model"])
-    assert host_bench.settings_from_flags({**flags, "tokenizer-path": "/t"}).tokenizer == "/t"
+    assert host_bench.settings_from_flags({**flags, "tokenizer-path": "/t"}, **ROLE_SWEEP).tokenizer == "/t"
     assert host_bench.max_running_requests(flags) == 64
     assert host_bench.max_running_requests({}) is None
     with pytest.raises(host_bench.BenchError, match="max-running-requests='lots'"):
@@ -58,7 +60,7 @@ def test_settings_from_the_launch_flags_reach_the_server_on_its_own_host() -> No
 
 # --- bench_serving's arguments and environment --------------------------------------------------------
 def _settings(**changes: Any) -> host_bench.Settings:
-    base = {"base_url": "http://127.0.0.1:8000/", "model": "glm-5", "tokenizer": "/models/glm-5"}
+    base = {"base_url": "http://127.0.0.1:8000/", "model": "glm-5", "tokenizer": "/models/glm-5", **ROLE_SWEEP}
     return host_bench.Settings(**{**base, **changes})
 
 
@@ -423,3 +425,19 @@ def test_a_speculative_run_that_accepts_about_one_token_is_inert() -> None:
 def test_inert_is_an_acceptance_under_1_1_and_only_with_a_figure(accept: float | None, inert: bool) -> None:
     points = {8: {"output_throughput": 100.0, "accept_length": accept}}
     assert bool(bench.inert_points(points)) is inert
+
+
+def test_the_cli_takes_the_sweeps_defaults_from_the_role_only() -> None:
+    """roles/sglang_deploy_bench/defaults/main.yml is the one place: the CLI's options read it, the module has none."""
+    import yaml
+    from conftest import ROOT
+
+    role = yaml.safe_load((ROOT / "roles" / "sglang_deploy_bench" / "defaults" / "main.yml").read_text())
+    parser = cli.build_parser()
+    args = parser.parse_args(["bench", *ENDPOINT, "--tokenizer", "/t"])
+    for option in ("prompts_per_concurrency", "input_len", "output_len", "backend", "seed", "warmup_requests"):
+        assert getattr(args, option) == role[f"sglang_deploy_bench_{option}"], option
+    assert args.step_timeout == float(role["sglang_deploy_bench_step_timeout"])
+    module = (ROOT / "library" / "sglang_bench.py").read_text()
+    assert '"default": bench.' not in module and not hasattr(host_bench, "DEFAULT_INPUT_LEN")
+

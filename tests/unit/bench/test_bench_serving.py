@@ -69,7 +69,7 @@ def serve(tmp_path: Path) -> Iterator[Any]:
 
 
 def settings(server: Standin, tokenizer: str, **changes: Any) -> host_bench.Settings:
-    return host_bench.Settings(**{"base_url": server.url, "model": "tiny", "tokenizer": tokenizer, "input_len": INPUT_LEN,
+    return host_bench.Settings(**{"base_url": server.url, "model": "tiny", "tokenizer": tokenizer, "backend": "sglang", "seed": 1, "input_len": INPUT_LEN,
                                   "output_len": OUTPUT_LEN, "timeout_s": 300.0, **changes})  # fmt: skip
 
 

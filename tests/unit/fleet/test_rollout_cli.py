@@ -27,6 +27,30 @@ def test_rollout_is_registered_and_needs_an_inventory(capsys):
             parser.parse_args(["rollout", "-i", "inv", "--serial", bad])
 
 
+def test_the_cli_defaults_are_the_roles_own(tmp_path: Path) -> None:
+    """--serial and doctor's --unit read the roles' defaults (the one place they are written): a changed role
+    default changes the CLI's."""
+    project = tmp_path / "project"
+    (project / "roles").mkdir(parents=True)
+    (project / "site.yml").write_text("---\n")
+    for role, text in (("sglang_rolling", "sglang_rolling_serial: 3\n"), ("sglang_server", "sglang_server_name: llm\n"),
+                       ("sglang_deploy_bench", (ROOT / "roles/sglang_deploy_bench/defaults/main.yml").read_text())):
+        (project / "roles" / role / "defaults").mkdir(parents=True)
+        (project / "roles" / role / "defaults" / "main.yml").write_text(text)
+    os.environ["SGLANG_DEPLOY_PROJECT"] = str(project)
+    try:
+        parser = cli.build_parser()
+    finally:
+        del os.environ["SGLANG_DEPLOY_PROJECT"]
+    assert parser.parse_args(["rollout", "-i", "inv"]).serial == 3
+    assert parser.parse_args(["doctor"]).unit == "llm"
+    shipped = cli.build_parser()
+    defaults = {**yaml.safe_load((ROOT / "roles/sglang_rolling/defaults/main.yml").read_text()),
+                **yaml.safe_load((ROOT / "roles/sglang_server/defaults/main.yml").read_text())}  # fmt: skip
+    assert shipped.parse_args(["rollout", "-i", "inv"]).serial == defaults["sglang_rolling_serial"]
+    assert shipped.parse_args(["doctor"]).unit == defaults["sglang_server_name"]
+
+
 def test_rollout_refuses_an_inventory_without_routers(capsys):
     assert cli.main(["rollout", "-i", str(ROOT / "inventory" / "proxmox")]) == 2
     assert "no hosts in sglang_routers" in capsys.readouterr().err

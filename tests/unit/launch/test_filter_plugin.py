@@ -45,7 +45,7 @@ def test_env_file_lines_and_api_key_problem() -> None:
     assert plugin.sglang_bearer_headers("k1") == {"Authorization": "Bearer k1"}
     assert plugin.sglang_bearer_headers("") == {}
     assert set(plugin.FilterModule().filters()) == {
-        "sglang_check_variables", "sglang_server_resolve", "sglang_server_model_path", "sglang_server_secrets", "sglang_env_file_lines",
+        "sglang_check_variables", "sglang_server_resolve", "sglang_server_basis", "sglang_server_model_path", "sglang_server_secrets", "sglang_env_file_lines",
         "sglang_bearer_headers", "sglang_path_component", "sglang_redact",
     }  # fmt: skip
 

@@ -9,7 +9,7 @@ promtool unit tests, the scrape configuration; docs/monitoring.md):
 * promtool (Debian's prometheus package, fetched and unpacked by scripts/debian-tool.sh, never
   installed) checks the rules and the configuration and runs the rule unit tests; each alert is then
   broken twice (never firing, always firing) to show its unit tests catch both;
-* the scrape configuration turns the file_sd targets file playbooks/file_sd.yml writes (the same
+* the scrape configuration turns the file_sd targets file playbooks/router.yml writes (the same
   function, sglang_deploy.fleet.router.file_sd) into the jobs the rules and the dashboard select on.
 
 No promtool is a failure, not a skip: scripts/debian-tool.sh fetches it, and when it cannot, the
@@ -388,7 +388,7 @@ def test_scrape_config_holds_no_secret_and_reads_the_targets_file():
 
 
 def test_scrape_config_turns_file_sd_targets_into_the_jobs_the_rules_use(tmp_path: Path):
-    """The targets file as playbooks/file_sd.yml writes it (sglang_deploy.fleet.router.file_sd, through the
+    """The targets file as playbooks/router.yml writes it (sglang_deploy.fleet.router.file_sd, through the
     sglang_router_file_sd filter), read by Prometheus' own service discovery and relabelling
     (promtool check service-discovery): workers and routers in job "sglang", node_exporter on each
     worker's address in job "sglang-node"."""

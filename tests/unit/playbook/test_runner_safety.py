@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -173,6 +174,10 @@ def _sleeping_project(tmp_path: Path, action: str) -> Path:
     (project / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\ninterpreter_python = auto_silent\n")
     for playbook in ("site.yml", "playbooks/render.yml", "playbooks/bench.yml", "playbooks/validate.yml"):
         (project / playbook).write_text(SLEEPING_PLAYBOOK.format(task=TASK, action=action))
+    # The roles whose defaults the commands' options take (bench's sweep, rollout's serial).
+    for role in ("sglang_deploy_bench", "sglang_rolling", "sglang_server"):
+        (project / "roles" / role / "defaults").mkdir(parents=True)
+        shutil.copy(ROOT / "roles" / role / "defaults" / "main.yml", project / "roles" / role / "defaults" / "main.yml")
     return project
 
 
