@@ -1,4 +1,4 @@
-"""Action ``sglang_validate_router_flags``: the routers' flags through the pinned sglang-router's parser.
+"""Action ``sglang_validate_router_flags``: the routers' flags through the pinned router's (smg's) parser.
 
 Runs on the control node (an action plugin: nothing is sent to a host), before the router role
 changes anything. Hosts with the same flags are checked once. Fails with every problem of every
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from sglang_deploy.fleet.router import RouterConfigError, flag_argv
-    from sglang_deploy.fleet.router_validator import validate_router_argv
+    from sglang_deploy.fleet.router import PACKAGE, RouterConfigError, flag_argv
+    from sglang_deploy.fleet.router_validator import lock_path, validate_router_argv
     from sglang_deploy.launch.validate_action import ValidateAction
     from sglang_deploy.launch.validator_venv import ValidatorError
 except ImportError as exc:
@@ -28,7 +28,7 @@ class ActionModule(ValidateAction):
 
     def validate(self, result: dict[str, Any], hosts: dict[str, Any]) -> dict[str, Any]:
         python = f"{sys.version_info.major}.{sys.version_info.minor}"
-        lock = Path(str(self._task.args.get("lock_dir") or "")) / f"sglang-router-py{python}.txt"
+        lock = lock_path(Path(str(self._task.args.get("lock_dir") or "")), python)
         if not lock.is_file():
             return {**result, "failed": True, "msg": (
                 f"no router lock for this control node's Python {python} ({lock}): the router's flags are checked "
@@ -51,7 +51,7 @@ class ActionModule(ValidateAction):
             except ValidatorError as err:
                 return {**result, "failed": True, "msg": f"cannot validate the router flags of {host}: {err}"}
             verdict = verdicts[argv]
-            checked[host] = f"sglang-router {verdict.version}"
+            checked[host] = f"{PACKAGE} {verdict.version}"
             if verdict.error:
                 errors.append(verdict.format(host))
         return self.verdict(result, errors, checked, f"{len(checked)} router(s) valid")

@@ -56,9 +56,13 @@ def sglang_router_worker_entry(answer: Any, url: str) -> dict[str, Any]:
 
 
 def sglang_router_worker_entry_healthy(url: str, answer: Any) -> bool:
-    """Whether the router's GET /workers answer lists ``url`` as healthy."""
-    entry = _call(router.worker_entry, answer, url)
-    return bool(entry and entry.get("is_healthy") is True)
+    """Whether the router's GET /workers answer lists ``url`` healthy and knowing its model (in rotation)."""
+    return bool(_call(router.worker_in_rotation, answer, url))
+
+
+def sglang_router_worker_addition(url: str, api_key: Any = "") -> dict[str, str]:
+    """The POST /workers body for ``url`` (with the workers' key, so that the router learns its model)."""
+    return _call(router.worker_addition, url, str(api_key or ""))
 
 
 def sglang_router_circuits_closed(urls: Any, metrics_text: Any) -> bool:
@@ -85,6 +89,7 @@ class FilterModule:
             "sglang_router_in_flight": sglang_router_in_flight,
             "sglang_router_worker_entry": sglang_router_worker_entry,
             "sglang_router_worker_entry_healthy": sglang_router_worker_entry_healthy,
+            "sglang_router_worker_addition": sglang_router_worker_addition,
             "sglang_router_circuits_closed": sglang_router_circuits_closed,
             "sglang_router_circuit_states": sglang_router_circuit_states,
             "sglang_router_file_sd": sglang_router_file_sd,

@@ -2,7 +2,7 @@
 # Record the real /metrics pages the monitoring (monitoring/: dashboard, alert rules) is checked
 # against (tests/unit/observe/test_monitoring.py: every metric name a query uses must be in a recording).
 #
-#   bash scripts/record-metrics.sh router          the pinned sglang-router (the role's lock) in front of
+#   bash scripts/record-metrics.sh router          the pinned router, smg (the role's lock), in front of
 #                                                  two stand-in workers -> tests/fixtures/router-metrics/
 #   bash scripts/record-metrics.sh node-exporter   Debian 12's prometheus-node-exporter (unpacked, not
 #                                                  installed) -> tests/fixtures/node-exporter-metrics/
@@ -28,7 +28,7 @@ cleanup() {
   for pid in "${PIDS[@]}"; do stop_process "$pid" "recorded process" 10; done
 }
 
-# stop_router: SIGTERM to the router's process group (the launcher and sglang-router), as systemd
+# stop_router: SIGTERM to the router's process group (the launcher and smg), as systemd
 # stops the unit; a bounded wait, then SIGKILL to the group.
 stop_router() {
   local deadline=$((SECONDS + 15))
@@ -104,7 +104,7 @@ PY
 router_venv() {
   local py lock venv="${WORK}/router-venv"
   py="$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
-  lock="roles/sglang_router/files/locks/sglang-router-py${py}.txt"
+  lock="roles/sglang_router/files/locks/smg-py${py}.txt"
   [[ -f "$lock" ]] || die "no router lock for Python ${py} (${lock}); run with Python 3.11 or 3.12"
   if ! cmp -s "$lock" "${venv}/.lock" 2>/dev/null; then
     rm -rf "$venv"
@@ -139,7 +139,7 @@ start_router() {
   # ignores SIGTERM (systemd signals the whole unit), so it runs in a session of its own and is
   # stopped the same way, by its process group (stop_router).
   SGLANG_ROUTER_API_KEY="$key" setsid "${venv}/bin/python3" module_utils/sglang_deploy_host/sglang_launcher.py \
-    --module sglang_router.launch_router --strip-ansi --env-flag api-key=SGLANG_ROUTER_API_KEY -- \
+    --module smg.launch_router --strip-ansi --env-flag api-key=SGLANG_ROUTER_API_KEY -- \
     --host 127.0.0.1 --port "$port" --worker-urls "${urls[@]}" \
     --health-check-interval-secs 1 --health-check-timeout-secs 2 --health-failure-threshold 2 \
     --health-success-threshold 1 --health-check-endpoint /health --request-timeout-secs 30 \
@@ -172,7 +172,7 @@ record_router() {
   mkdir -p "$out" "$WORK"
   : >"${WORK}/calls.txt"
   venv="$(router_venv)"
-  "${venv}/bin/pip" show sglang-router 2>/dev/null | sed -n 's/^Version: /sglang-router /p' >"${out}/version.txt"
+  "${venv}/bin/pip" show smg 2>/dev/null | sed -n 's/^Version: /smg /p' >"${out}/version.txt"
   key="record-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
 
   # Run 1: two healthy workers (cache_aware, the role's default policy): idle, after traffic, then

@@ -116,12 +116,13 @@ def http_url(address: str, port: Any) -> str:
     return f"http://{url_host(address)}:{port_number(port, 'port')}"
 
 
-# Flags of sglang and sglang-router whose value is a secret (or a URL or path that usually carries or
+# Flags of sglang and the router (smg) whose value is a secret (or a URL or path that usually carries or
 # names one): never a plain value in an argv or a unit file, only handed over in-process from the
 # unit's 0600 env file (sglang_launcher.py --env-flag).
 SECRET_FLAGS = frozenset({
     "api-key", "admin-api-key", "ssl-keyfile-password",  # sglang (server_args.py)
-    "control-plane-api-keys", "oracle-password", "postgres-db-url", "redis-url", "client-key-path",  # sglang-router
+    "control-plane-api-keys", "oracle-password", "postgres-db-url", "redis-url", "client-key-path",  # smg
+    "tenant-api-key", "mesh-tls-key",  # smg 1.13
 })  # fmt: skip
 
 

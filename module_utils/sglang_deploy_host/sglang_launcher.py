@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Start the sglang server (or sglang-router) with secrets that appear neither in its argv nor in its log.
+"""Start the sglang server (or the router, smg) with secrets that appear neither in its argv nor in its log.
 
 STDLIB ONLY, Python >= 3.9: the sglang_server and sglang_router roles install this file on the host
 (sglang_host_files) and the unit's ``ExecStart=`` runs it with the venv's interpreter::
 
     python3 sglang_launcher.py --module sglang.launch_server --env-flag api-key=SGLANG_API_KEY -- FLAGS...
-    python3 sglang_launcher.py --module sglang_router.launch_router --strip-ansi \
+    python3 sglang_launcher.py --module smg.launch_router --strip-ansi \
         --env-flag api-key=SGLANG_ROUTER_API_KEY -- FLAGS...
 
 * ``--env-flag FLAG=NAME``: the value of the environment variable NAME (which systemd reads from the
@@ -37,7 +37,7 @@ import urllib.parse
 from typing import Dict, List, Optional, Sequence, Tuple
 
 MASK = b"********"
-# A terminal control sequence (CSI: colours, cursor moves). sglang-router colours its log whatever the
+# A terminal control sequence (CSI: colours, cursor moves). The router (smg) may colour its log whatever the
 # environment says (NO_COLOR, RUST_LOG_STYLE); --strip-ansi keeps the journal plain text.
 _CSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # Longest stretch without a newline held back before it is masked and written out anyway.

@@ -122,9 +122,22 @@ def test_worker_api_needs_the_key(host, is_router) -> None:  # type: ignore[no-u
 def test_workers_listed_and_healthy(host, is_router) -> None:  # type: ignore[no-untyped-def]
     status, body = _call(host, "GET", "/workers")
     assert status == 200, body
-    listed = {w["url"].rstrip("/"): w["is_healthy"] for w in json.loads(body)["workers"]}
+    workers = json.loads(body)["workers"]
+    listed = {w["url"].rstrip("/"): w["is_healthy"] for w in workers}
     for url in WORKERS:
         assert listed.get(url) is True, f"{url} not healthy in the router: {listed}"
+    # smg lists a worker whose model it could not ask (no key) as `unknown` and never routes the model to it.
+    models = {w["url"].rstrip("/"): w.get("model_id", MODEL) for w in workers}
+    for url in WORKERS:
+        assert models.get(url) == MODEL, f"the router does not know {url} serves {MODEL}: {models}"
+
+
+def test_a_generation_without_the_key_is_refused(host, is_router) -> None:  # type: ignore[no-untyped-def]
+    if "SGLANG_ROUTER_API_KEY=" not in host.check_output("cat %s", ENV_FILE):
+        return  # an unauthenticated router the inventory allows on purpose
+    request = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    result = host.run("python3 -c %s %s %s %s %s", _CLIENT, "POST", URL + "/v1/chat/completions", "/nonexistent", request)
+    assert json.loads(result.stdout)["status"] == 401, result.stdout
 
 
 def test_chat_through_the_router(host, is_router) -> None:  # type: ignore[no-untyped-def]

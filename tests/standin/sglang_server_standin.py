@@ -102,6 +102,8 @@ FILLER = "and the model keeps on generating tokens until the length limit".split
 # How long a stalled request is held before its thread gives up (the client's deadline ends it first).
 STALL_S = 600.0
 GENERATION_ROUTES = ("/generate", "/v1/chat/completions", "/v1/completions")
+# A chunked request body larger than this is refused (a bound on what the stand-in reads).
+MAX_CHUNKED_BODY = 16 << 20
 
 
 def _env_number(name: str, default: str) -> float:
@@ -504,9 +506,34 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
             else:
                 self._send(404, {"detail": "Not Found"})
 
+        def _body(self) -> Optional[bytes]:
+            """The request body: Content-Length, or chunked (as uvicorn reads it; smg streams bodies so with some
+            policies). None for a malformed or oversized chunked body (the connection is closed)."""
+            if "chunked" not in (self.headers.get("Transfer-Encoding") or "").lower():
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length else b""
+            body = b""
+            while True:
+                line = self.rfile.readline(64).split(b";", 1)[0].strip()
+                try:
+                    size = int(line, 16)
+                except ValueError:
+                    size = -1
+                if size < 0 or len(body) + size > MAX_CHUNKED_BODY:
+                    self.close_connection = True
+                    return None
+                if size == 0:
+                    while self.rfile.readline(1024).strip():  # trailers, up to the blank line
+                        pass
+                    return body
+                body += self.rfile.read(size)
+                self.rfile.readline(8)  # the CRLF after each chunk
+
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
+            raw = self._body()
+            if raw is None:
+                self._send(400, {"detail": "malformed chunked body"})
+                return
             if not self._authorized():
                 self._send(401, {"error": "Unauthorized"})
                 return

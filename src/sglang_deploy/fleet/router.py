@@ -1,17 +1,20 @@
-"""sglang-router (the pinned Rust router from PyPI) in front of several sglang workers: the router
+"""The router (SGLang Model Gateway, PyPI ``smg``, the pinned Rust router) in front of several sglang workers: the router
 resolved once (its flags, the ExecStart= through the server's launcher, the unit's checked values, its
 URLs), the worker URLs from the workers' resolved servers, the workers' in-flight count for a drain, and
 the Prometheus file_sd targets. The sglang_router and sglang_rolling roles call these through
 ``filter_plugins/sglang_router.py``; the rules live here once, with unit tests. The quoting, loopback
 test, exposure rule, secret-flag list and launcher are the server's (module_utils/sglang_deploy_host).
 
-Checked against sglang-router 0.3.2 (``python -m sglang_router.launch_router --help`` and its HTTP
-API): ``--worker-urls URL...``, ``--policy {random,round_robin,cache_aware,power_of_two,manual}``,
-``--health-check-interval-secs`` and friends, ``--request-timeout-secs``, ``--prometheus-host/-port``;
-the worker API is ``GET /workers`` (``{"workers": [{"id", "url", "is_healthy", "load", ...}]}``),
+smg is sglang-router's continuation: sglang-router 0.3.2 was that package's last release, and fixes land only
+in smg. Checked against smg 1.13.0 (``python -m smg.launch_router --help``, its source ``smg/router_args.py``,
+and its HTTP API run here against stand-in workers): ``--worker-urls URL...``, ``--policy`` (:data:`POLICIES`),
+``--health-check-interval-secs`` and friends, ``--request-timeout-secs``, ``--prometheus-host/-port``,
+``--api-key`` (what clients must send, and what the router sends to the workers: one key for both); the
+worker API is ``GET /workers`` (``{"workers": [{"id", "url", "is_healthy", "status", "load", ...}]}``),
 ``POST /workers`` ``{"url": ...}`` and ``DELETE /workers/<id>`` (both answer 202 and act in the
-background), all behind the router's API key; ``/health``, ``/liveness`` and ``/readiness``
-(``{"status": "ready", "healthy_workers", "total_workers"}``, 503 without a healthy worker) are open.
+background; a POST for a URL still listed answers 409), all behind the router's API key; ``/health``,
+``/liveness`` and ``/readiness`` (``{"status": "ready", "healthy_workers", "total_workers"}``, 503 without a
+healthy worker) are open, as is ``/v1/models``; every generation route needs the key (401 without).
 """
 
 from __future__ import annotations
@@ -25,13 +28,20 @@ from sglang_deploy_host import endpoint, sglang_launcher, systemd
 from sglang_deploy_host import file_sd as targets_file
 from sglang_deploy.playbook import resolution
 
-POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
-"""sglang-router 0.3.2's --policy choices."""
+POLICIES = (
+    "random", "round_robin", "passthrough", "cache_aware", "power_of_two", "least_load", "manual",
+    "consistent_hashing", "prefix_hash",
+)  # fmt: skip
+"""smg 1.13.0's --policy choices (smg/router_args.py)."""
 
-MODULE = "sglang_router.launch_router"
+PACKAGE = "smg"
+"""The router's PyPI package; the role's locks pin it (roles/sglang_router/files/locks/smg-py<X.Y>.txt)."""
+RETIRED_PACKAGE = "sglang-router"
+"""Its predecessor, whose last release (0.3.2) the role installed before smg: its versions are 0.x."""
+MODULE = "smg.launch_router"
 API_KEY_ENV = "SGLANG_ROUTER_API_KEY"
 """The env file variable holding sglang_router_api_key; the launcher hands it over as --api-key."""
-# sglang-router writes no Python output of its own; colours are stripped by the launcher (--strip-ansi).
+# smg writes no Python output of its own; colours are stripped by the launcher (--strip-ansi).
 ENVIRONMENT = (("PYTHONUNBUFFERED", "1"), ("NO_COLOR", "1"), ("RUST_LOG_STYLE", "never"))
 STATES = ("started", "stopped", "installed")
 
@@ -181,7 +191,22 @@ def basis(settings: Mapping[str, Any], unit: Mapping[str, Any], *, api_key: str)
     return resolution.basis(dict(settings), dict(unit), bool(api_key))
 
 
+def check_version(version: Any) -> None:
+    """Refuse a version of the retired sglang-router (an inventory written for it): the role installs smg."""
+    text = str(version)
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+){1,2}([.-]?(post|rc|dev)[0-9]+)?", text):
+        raise RouterConfigError(f"sglang_router_version {text!r} is not a release number (such as 1.13.0)")
+    if text.startswith("0."):
+        raise RouterConfigError(
+            f"sglang_router_version {text} is a release of {RETIRED_PACKAGE}, which ended with 0.3.2: the "
+            f"router continues as SGLang Model Gateway ({PACKAGE} on PyPI), with the same flags and worker API, and the "
+            f"role installs {PACKAGE} from its locks. Fix: remove sglang_router_version from the inventory (the role's "
+            f"default is the {PACKAGE} version its locks pin), or set it to that version"
+        )
+
+
 def _resolve(settings: Mapping[str, Any], unit_values: Mapping[str, Any], host: str, api_key: str) -> dict[str, Any]:
+    check_version(settings["version"])
     if settings["state"] not in STATES:
         raise RouterConfigError(f"sglang_router_state {settings['state']!r} is not one of {', '.join(STATES)}")
     if api_key:
@@ -263,7 +288,27 @@ def worker_entry(workers_answer: Any, url: str) -> dict[str, Any] | None:
     return None
 
 
-# smg_worker_cb_state{worker="http://10.0.0.1:8000"} 1 (sglang-router 0.3.2; 0 closed, 1 open, 2 half-open).
+UNKNOWN_MODEL = "unknown"
+"""The model smg lists for a worker whose model it could not ask (it asked without the worker's key)."""
+
+
+def worker_in_rotation(workers_answer: Any, url: str) -> bool:
+    """Whether the router's ``GET /workers`` answer lists ``url`` healthy and knowing what it serves: smg lists a
+    worker added without its API key with model ``unknown`` (its model discovery got 401), healthy yet never
+    chosen for a request that names the served model."""
+    entry = worker_entry(workers_answer, url)
+    if not entry or entry.get("is_healthy") is not True:
+        return False
+    return str(entry.get("model_id") or "") != UNKNOWN_MODEL
+
+
+def worker_addition(url: str, api_key: str) -> dict[str, str]:
+    """The ``POST /workers`` body that puts a worker (back) into a router: its URL and, when the workers have
+    one, their API key, which smg needs to ask the worker what it serves (without it: model ``unknown``)."""
+    return {"url": checked_worker_url(url, "the worker's URL"), **({"api_key": api_key} if api_key else {})}
+
+
+# smg_worker_cb_state{worker="http://10.0.0.1:8000"} 1 (smg; 0 closed, 1 open, 2 half-open).
 _CB_STATE = re.compile(r'^[a-z_:]*worker_cb_state\{(?:[^}]*,)?worker="(?P<url>[^"]+)"[^}]*\}\s+(?P<value>[0-9.eE+-]+)\s*$')
 
 

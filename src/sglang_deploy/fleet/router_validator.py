@@ -1,9 +1,9 @@
-"""The router's flags through the pinned sglang-router's own parser, before any host is touched.
+"""The router's flags through the pinned router's (smg's) own parser, before any host is touched.
 
 The same idea as :mod:`sglang_deploy.launch.validator` for the server, with a much smaller venv: the role's
 hashed lock (one per Python, ``roles/sglang_router/files/locks/``; the role passes its path) installed
-with ``--require-hashes`` into ``<cache>/validators/sglang-router-<lock digest>-py<X.Y>`` once, then
-``sglang_router.launch_router.parse_router_args`` run on the argv the unit would get. A bad flag, a
+with ``--require-hashes`` into ``<cache>/validators/smg-<version>-<lock digest>-py<X.Y>`` once, then
+``smg.launch_router.parse_router_args`` run on the argv the unit would get. A bad flag, a
 value of the wrong type or a choice the router does not know fails with argparse's own words, the
 host and the variable to fix.
 """
@@ -20,25 +20,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from sglang_deploy.fleet.router import PACKAGE
 from sglang_deploy.launch.validator_venv import ValidatorError, cache_root, exclusive_lock, new_staging, run_step, say, swap_in
 
 # What the probe prints for a clean parse; argparse's error text otherwise.
 _PROBE = r"""
 import contextlib, io, json, sys
 from importlib.metadata import version
-from sglang_router.launch_router import parse_router_args
+from smg.launch_router import parse_router_args
 err = io.StringIO()
-sys.argv[0] = "sglang-router"
+sys.argv[0] = "smg"
 try:
     with contextlib.redirect_stderr(err):
         args = parse_router_args(sys.argv[1:])
 except SystemExit as exc:
-    print(json.dumps({"ok": False, "version": version("sglang-router"), "error": err.getvalue().strip(), "code": exc.code}))
+    print(json.dumps({"ok": False, "version": version("smg"), "error": err.getvalue().strip(), "code": exc.code}))
 else:
-    print(json.dumps({"ok": True, "version": version("sglang-router"), "policy": args.policy}))
+    print(json.dumps({"ok": True, "version": version("smg"), "policy": args.policy}))
 """
 # A lock's line that pins the router itself.
-_PIN_PREFIX = "sglang-router=="
+_PIN_PREFIX = f"{PACKAGE}=="
 # Seconds one parse may take (the router's Python wrapper imports quickly).
 _PROBE_TIMEOUT_S = 120
 
@@ -53,14 +54,19 @@ class RouterVerdict:
     def format(self, host: str) -> str:
         """One problem line naming the host, what was wrong and the fix."""
         return (
-            f"host {host}: sglang-router {self.version} refuses the router's flags: {self.error}. "
+            f"host {host}: {PACKAGE} {self.version} refuses the router's flags: {self.error}. "
             "Fix: the sglang_router_* variable behind that flag, or sglang_router_extra_flags "
-            f"(the router's own list: python -m sglang_router.launch_router --help in its venv)"
+            f"(the router's own list: python -m smg.launch_router --help in its venv)"
         )
 
 
+def lock_path(lock_dir: Path, python: str) -> Path:
+    """The role's lock for Python ``python`` (X.Y) in ``lock_dir`` (roles/sglang_router/files/locks)."""
+    return lock_dir / f"{PACKAGE}-py{python}.txt"
+
+
 def pinned_version(lock: Path) -> str:
-    """The sglang-router version ``lock`` pins."""
+    """The router version ``lock`` pins."""
     try:
         text = lock.read_text(encoding="utf-8")
     except OSError as exc:
@@ -77,7 +83,7 @@ def ensure_router_validator(lock: Path, cache_dir: Path | None = None) -> Path:
     version = pinned_version(lock)
     digest = hashlib.sha256(lock.read_bytes()).hexdigest()[:12]
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    final = cache_root(cache_dir) / "validators" / f"sglang-router-{version}-{digest}-py{python}"
+    final = cache_root(cache_dir) / "validators" / f"{PACKAGE}-{version}-{digest}-py{python}"
     final.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(final.with_name(final.name + ".lock")):
         if not (final / "bin" / "python").exists():
@@ -86,7 +92,7 @@ def ensure_router_validator(lock: Path, cache_dir: Path | None = None) -> Path:
 
 
 def _build(lock: Path, version: str, final: Path) -> None:
-    say(f"building the sglang-router {version} flag validator in {final} (once; seconds)")
+    say(f"building the {PACKAGE} {version} flag validator in {final} (once; seconds)")
     started = time.monotonic()
     staging = new_staging(final)
     try:
@@ -98,7 +104,7 @@ def _build(lock: Path, version: str, final: Path) -> None:
         )  # fmt: skip
         answer = _probe(staging, ["--worker-urls", "http://127.0.0.1:1"])
         if answer.version != version or answer.error is not None:
-            raise ValidatorError(f"the router validator venv does not parse as sglang-router {version}: {answer}")
+            raise ValidatorError(f"the router validator venv does not parse as {PACKAGE} {version}: {answer}")
         swap_in(staging, final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -17,7 +17,7 @@ from sglang_deploy.fleet import router
 from sglang_deploy.serving import server as server_module
 
 ROLE = ROOT / "roles" / "sglang_router"
-LOCKS = sorted((ROLE / "files" / "locks").glob("sglang-router-py*.txt"))
+LOCKS = sorted((ROLE / "files" / "locks").glob("smg-py*.txt"))
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
 
 
@@ -102,7 +102,7 @@ def test_exec_start_is_quoted_for_systemd_one_flag_per_line():
     # systemd's double quoting reads like a shell's for these words (continuation lines joined).
     words = shlex.split(text.replace("\\\n", " ").replace("%%", "%").replace("$$", "$"))
     assert words[:4] == ["/opt/sglang-deploy/router-venv/bin/python3", "/usr/local/libexec/sglang-router/sglang_launcher.py",
-                         "--module", "sglang_router.launch_router"]
+                         "--module", "smg.launch_router"]
     assert words[words.index("--host"):][:2] == ["--host", "0.0.0.0"]
     assert all(line.endswith(" \\") for line in text.splitlines()[:-1])
 
@@ -175,7 +175,7 @@ def test_in_flight_reads_the_deprecated_get_load():
 
 
 def test_circuit_states_from_the_routers_metrics():
-    # Lines as sglang-router 0.3.2 prints them on its --prometheus-port.
+    # Lines as the router (smg) prints them on its --prometheus-port.
     text = (
         "# HELP smg_worker_cb_state Circuit breaker state\n# TYPE smg_worker_cb_state gauge\n"
         'smg_worker_cb_state{worker="http://127.0.0.1:18501"} 0\n'
@@ -250,11 +250,11 @@ def test_the_targets_file_is_written_only_over_a_file_of_ours(tmp_path: Path):
 
 
 def test_locks_pin_the_default_version_with_hashes():
-    assert {p.name for p in LOCKS} == {"sglang-router-py3.11.txt", "sglang-router-py3.12.txt"}
+    assert {p.name for p in LOCKS} == {"smg-py3.11.txt", "smg-py3.12.txt"}
     for path in LOCKS:
         text = path.read_text()
         pins = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+) \\$", text, flags=re.M)
-        assert ("sglang-router", DEFAULTS["sglang_router_version"]) in pins
+        assert ("smg", DEFAULTS["sglang_router_version"]) in pins
         # Every pinned requirement is followed by at least one hash.
         blocks = re.split(r"^(?=[A-Za-z0-9_.-]+==)", text, flags=re.M)[1:]
         assert len(blocks) == len(pins)
@@ -269,7 +269,7 @@ def test_policy_choices_match_argument_specs():
 @pytest.fixture(scope="module")
 def router_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv with the role's own lock for this Python installed (hashes required), as the role builds it."""
-    lock = ROLE / "files" / "locks" / f"sglang-router-py{sys.version_info.major}.{sys.version_info.minor}.txt"
+    lock = ROLE / "files" / "locks" / f"smg-py{sys.version_info.major}.{sys.version_info.minor}.txt"
     if not lock.is_file():
         pytest.fail(f"no router lock for this Python: {lock}")
     venv = tmp_path_factory.mktemp("router") / "venv"
@@ -284,11 +284,11 @@ def router_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_default_argv_parses_with_the_pinned_router(router_venv: Path):
-    """The role's rendered argv through the pinned sglang-router's own parser, in a venv of its lock."""
+    """The role's rendered argv through the pinned router's (smg's) own parser, in a venv of its lock."""
     argv = router.flag_argv(_resolve()["flags"])
     probe = (
         "import json, sys\n"
-        "from sglang_router.launch_router import parse_router_args\n"
+        "from smg.launch_router import parse_router_args\n"
         "a = parse_router_args(sys.argv[1:])\n"
         "print(json.dumps({'policy': a.policy, 'worker_urls': a.worker_urls, 'prometheus_port': a.prometheus_port}))\n"
     )
@@ -313,3 +313,29 @@ def test_a_worker_url_with_credentials_or_control_characters_never_reaches_execs
     with pytest.raises(server_module.ResolveError, match="sglang_server_advertise_url") as err:
         _server("w1", advertise_url=url)
     assert "pass" not in str(err.value)
+
+
+@pytest.mark.parametrize("version", ["0.3.2", "0.2.1"])
+def test_an_inventory_still_naming_sglang_router_gets_the_way_to_smg(version: str) -> None:
+    with pytest.raises(router.RouterConfigError, match=r"sglang_router_version .* is a release of sglang-router") as err:
+        _resolve(version=version)
+    assert "remove sglang_router_version from the inventory" in str(err.value)
+    with pytest.raises(router.RouterConfigError, match="is not a release number"):
+        _resolve(version="1.13.0\n")
+    assert _resolve()["flags"]["policy"] == "cache_aware"
+
+
+def test_a_worker_is_in_rotation_only_healthy_and_knowing_its_model() -> None:
+    """smg 1.13 lists a worker added without the workers' key healthy but with model `unknown`, and routes
+    the served model's requests elsewhere (seen against stand-ins): the rollout waits for the model."""
+    url = "http://10.0.0.1:8000"
+    entry = {"id": "w1", "url": url, "is_healthy": True, "model_id": "glm-5"}
+    assert router.worker_in_rotation({"workers": [entry]}, url)
+    assert not router.worker_in_rotation({"workers": [{**entry, "model_id": "unknown"}]}, url)
+    assert not router.worker_in_rotation({"workers": [{**entry, "is_healthy": False}]}, url)
+    assert not router.worker_in_rotation({"workers": []}, url)
+    assert router.worker_addition(url, "k" * 20) == {"url": url, "api_key": "k" * 20}
+    assert router.worker_addition(url, "") == {"url": url}
+    with pytest.raises(router.RouterConfigError):
+        router.worker_addition("http://u:p@10.0.0.1:8000", "")
+

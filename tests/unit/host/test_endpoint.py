@@ -8,6 +8,7 @@ Hostile servers (redirects, endless or trickled answers, silence) are small in-p
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socketserver
@@ -731,3 +732,28 @@ def test_the_client_refuses_a_key_it_could_not_send_before_any_request() -> None
     with pytest.raises(ValueError, match="the API key holds a line break at character 4") as err:
         ep.Endpoint("http://127.0.0.1:9", api_key="abc\r\ndef")
     assert "abc" not in str(err.value)
+
+
+@pytest.mark.parametrize("standin", [OK_ARGS], indirect=True)
+def test_the_standin_reads_a_chunked_request_body_as_uvicorn_does(standin: Standin) -> None:
+    """smg (round_robin) streams request bodies chunked; a stand-in that read Content-Length only answered 400
+    and took the next chunk for a request line."""
+    body = json.dumps({"model": "glm-5", "messages": [{"role": "user", "content": "What is 2+2?"}], "max_tokens": 8}).encode()
+    connection = http.client.HTTPConnection("127.0.0.1", standin.port, timeout=10)
+    try:
+        connection.putrequest("POST", "/v1/chat/completions")
+        for name, value in (("Authorization", f"Bearer {KEY}"), ("Content-Type", "application/json"),
+                            ("Transfer-Encoding", "chunked")):  # fmt: skip
+            connection.putheader(name, value)
+        connection.endheaders()
+        for part in (body[:20], body[20:]):
+            connection.send(b"%x\r\n%s\r\n" % (len(part), part))
+        connection.send(b"0\r\n\r\n")
+        answer = connection.getresponse()
+        assert answer.status == 200, answer.read()
+        assert json.loads(answer.read())["choices"][0]["message"]
+        # The same connection serves the next request: nothing of the body was left over.
+        connection.request("GET", "/health")
+        assert connection.getresponse().status == 200
+    finally:
+        connection.close()

@@ -3,7 +3,7 @@ promtool unit tests, the scrape configuration; docs/monitoring.md):
 
 * every metric name (and every label name in a selector) a dashboard query, an alert rule or a rule
   test's input series uses is in a real recording: sglang 0.5.17 on an H200
-  (tests/fixtures/real-sglang/day2/), the pinned sglang-router 0.3.2 (tests/fixtures/router-metrics/)
+  (tests/fixtures/real-sglang/day2/), the pinned router smg 1.13.0 (tests/fixtures/router-metrics/)
   and Debian 12's node_exporter 1.5.0 (tests/fixtures/node-exporter-metrics/); the name scanner is
   tested on its own, a made-up name included;
 * promtool (Debian's prometheus package, fetched and unpacked by scripts/debian-tool.sh, never

@@ -179,21 +179,21 @@ def test_every_relative_link_of_a_page_resolves(page: Path):
 def test_the_path_checks_see_what_they_should():
     """The extraction itself: paths in code spans and blocks, placeholders, generated paths."""
     text = (
-        "`roles/sglang_router/files/locks/sglang-router-py3.{11,12}.txt` and `site.yml`;\n"
+        "`roles/sglang_router/files/locks/smg-py3.{11,12}.txt` and `site.yml`;\n"
         "`src/sglang_deploy/lanes/locks/<lane>-py<X.Y>.txt`, `artifacts/runs/<id>/`, `~/.cache/x`\n"
         "```bash\nscp roles/proxmox_vm/files/nope.cfg root@NODE:/var/lib/vz/snippets/\n```\n"
         "1. a step\n   ```bash\n   cat playbooks/nope.yml  # [c](docs/nope.md)\n   ```\n"
         "[a](docs/testing.md#times) and [b](https://example.com/x)\n"
     )
     assert repo_paths(text) == {
-        "roles/sglang_router/files/locks/sglang-router-py3.{11,12}.txt",
+        "roles/sglang_router/files/locks/smg-py3.{11,12}.txt",
         "site.yml",
         "src/sglang_deploy/lanes/locks/<lane>-py<X.Y>.txt",
         "roles/proxmox_vm/files/nope.cfg",
         "playbooks/nope.yml",
         "docs/nope.md",  # a path in code, not a link
     }
-    assert _exists("roles/sglang_router/files/locks/sglang-router-py3.{11,12}.txt")
+    assert _exists("roles/sglang_router/files/locks/smg-py3.{11,12}.txt")
     assert _exists("src/sglang_deploy/lanes/locks/<lane>-py<X.Y>.txt")
     assert not _exists("roles/proxmox_vm/files/nope.cfg")
     assert relative_links(text) == {"docs/testing.md#times"}
