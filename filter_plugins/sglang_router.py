@@ -60,6 +60,12 @@ def sglang_router_worker_entry_healthy(url: str, answer: Any) -> bool:
     return bool(_call(router.worker_in_rotation, answer, url))
 
 
+def sglang_router_workers_with_another_key(hostnames: Any, hostvars: Any, router_key: Any = "") -> list[str]:
+    """workers | sglang_router_workers_with_another_key(hostvars, sglang_router_api_key): names, never keys."""
+    keys = {h: hostvars[h].get("sglang_server_api_key", "") for h in hostnames}
+    return _call(router.workers_with_another_key, str(router_key or ""), keys)
+
+
 def sglang_router_worker_addition(url: str, api_key: Any = "") -> dict[str, str]:
     """The POST /workers body for ``url`` (with the workers' key, so that the router learns its model)."""
     return _call(router.worker_addition, url, str(api_key or ""))
@@ -90,6 +96,7 @@ class FilterModule:
             "sglang_router_worker_entry": sglang_router_worker_entry,
             "sglang_router_worker_entry_healthy": sglang_router_worker_entry_healthy,
             "sglang_router_worker_addition": sglang_router_worker_addition,
+            "sglang_router_workers_with_another_key": sglang_router_workers_with_another_key,
             "sglang_router_circuits_closed": sglang_router_circuits_closed,
             "sglang_router_circuit_states": sglang_router_circuit_states,
             "sglang_router_file_sd": sglang_router_file_sd,

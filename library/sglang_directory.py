@@ -14,7 +14,8 @@ description:
   - Missing directories above I(path) are created root:root 0755; I(path) itself with mkdir, then its
     owner and mode are set through a descriptor opened with O_NOFOLLOW.
   - The logic is module_utils/sglang_deploy_host/safepath.py. Check mode changes nothing and reports
-    what would change.
+    what would change; there an I(owner) or I(group) that does not exist yet (an earlier task of the same
+    run would create it) is reported as to be set, while a real run fails naming it.
 options:
   path:
     description: The directory.
@@ -57,6 +58,22 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_deploy_host import safepath
 
 
+def _ids(owner: str, group: str) -> "tuple[int, int, list[str]]":
+    """The uid and gid of ``owner`` and ``group``; -1 and the name in the list for one that does not exist."""
+    unknown = []
+    try:
+        uid = pwd.getpwnam(owner).pw_uid
+    except KeyError:
+        uid = -1
+        unknown.append(f"user {owner!r}")
+    try:
+        gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        gid = -1
+        unknown.append(f"group {group!r}")
+    return uid, gid, unknown
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -72,17 +89,19 @@ def main() -> None:
     variable = params["variable"]
     if not re.fullmatch(r"0?[0-7]{3,4}", params["mode"]):
         module.fail_json(msg=f"mode {params['mode']!r} is not an octal mode such as 0755")
+    uid, gid, unknown = _ids(params["owner"], params["group"])
+    if unknown and not module.check_mode:
+        module.fail_json(msg=f"{variable} = {params['path']}: no such user or group {', '.join(unknown)}")
     try:
-        uid = pwd.getpwnam(params["owner"]).pw_uid
-        gid = grp.getgrnam(params["group"]).gr_gid
-    except KeyError as err:
-        module.fail_json(msg=f"{variable} = {params['path']}: no such user or group {err}")
-    try:
+        # A dry run on a fresh host: the user and group are the ones an earlier task of this run would create
+        # (-1 owns nothing, so the directory reads as to be changed); the path itself is checked all the same.
         done = safepath.ensure_directory(
             params["path"], uid, gid, int(params["mode"], 8), variable, dry_run=module.check_mode
         )
     except (safepath.UntrustedPathError, OSError) as err:
         module.fail_json(msg=str(err), path=params["path"])
+    if unknown:
+        done["after"] = {"owner": params["owner"], "group": params["group"], "mode": params["mode"], "note": "created by this run"}
     result = {"changed": done["changed"], "path": done["path"], "created": done["created"]}
     if done["changed"]:
         result["diff"] = {

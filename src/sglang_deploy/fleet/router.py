@@ -302,6 +302,15 @@ def worker_in_rotation(workers_answer: Any, url: str) -> bool:
     return str(entry.get("model_id") or "") != UNKNOWN_MODEL
 
 
+def workers_with_another_key(router_key: str, worker_keys: Mapping[str, Any]) -> list[str]:
+    """The workers (host -> its sglang_server_api_key) whose key is not the router's: smg sends its own key to
+    the workers (model discovery, health, requests), so such a worker answers it 401 and never serves through
+    it. Names only, never a key. A router without a key checks nothing (its exposure rule decides)."""
+    if not router_key:
+        return []
+    return sorted(host for host, key in worker_keys.items() if str(key or "") != router_key)
+
+
 def worker_addition(url: str, api_key: str) -> dict[str, str]:
     """The ``POST /workers`` body that puts a worker (back) into a router: its URL and, when the workers have
     one, their API key, which smg needs to ask the worker what it serves (without it: model ``unknown``)."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -339,3 +341,24 @@ def test_a_worker_is_in_rotation_only_healthy_and_knowing_its_model() -> None:
     with pytest.raises(router.RouterConfigError):
         router.worker_addition("http://u:p@10.0.0.1:8000", "")
 
+
+
+def test_workers_with_another_key_than_the_routers_are_named_never_their_keys(tmp_path: Path) -> None:
+    assert router.workers_with_another_key("k" * 24, {"w1": "k" * 24, "w2": "j" * 24, "w3": ""}) == ["w2", "w3"]
+    assert router.workers_with_another_key("", {"w1": "x"}) == []
+    # Through Ansible, before any host changes: validate on inventory/multi_host with the router's key apart.
+    inventory = tmp_path / "inventory"
+    shutil.copytree(ROOT / "inventory" / "multi_host", inventory)
+    (inventory / "group_vars" / "all" / "keys.yml").write_text(
+        "sglang_server_api_key: worker-key-0123456789abcdef\nsglang_router_api_key: router-key-0123456789abcdef\n"
+    )
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory), "playbooks/resolve.yml"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_CACHE_PLUGIN": "memory"},
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "host router-01: the router sends its key (sglang_router_api_key) to its workers, and" in output
+    assert "glm5-01, glm5-02, glm5-03 have another sglang_server_api_key" in output
+    assert "worker-key-0123456789abcdef" not in output and "router-key-0123456789abcdef" not in output

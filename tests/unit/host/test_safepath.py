@@ -146,3 +146,36 @@ def test_the_ansible_module_refuses_an_untrusted_way_naming_the_variable(anchor:
     assert result.get("failed"), result
     assert result["msg"].startswith(f"sglang_server_jit_cache_root = {anchor / 'cache'}: /tmp on the way"), result["msg"]
     assert not (anchor / "cache").exists()
+
+
+def test_a_dry_run_on_a_fresh_host_reports_the_directory_of_a_user_the_run_creates(anchor: Path) -> None:
+    """`up --check` on a bare OS: the service user does not exist yet (its task only says it would create it),
+    so the home directory is reported as to be created for it, not failed; a real run without the user fails."""
+    (anchor / "hosts.yml").write_text(
+        f"all:\n  hosts:\n    h:\n      ansible_connection: local\n      ansible_python_interpreter: {sys.executable}\n"
+    )
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "json",
+           "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_LOCAL_TEMP": str(anchor / "a-local"),
+           "ANSIBLE_REMOTE_TEMP": str(anchor / "a-remote"), "ANSIBLE_NOCOLOR": "1"}  # fmt: skip
+    # Under /run (root's, 0755): a trusted way, and nothing is left behind (the path is never created).
+    path = f"/run/sglang-deploy-test-{os.getpid()}/home"
+    args = {"path": path, "owner": "no-such-user-sgl", "group": "no-such-group-sgl", "mode": "0700", "variable": "sglang_server_home"}
+
+    def run(*extra: str) -> dict:
+        done = subprocess.run(
+            [str(Path(sys.executable).with_name("ansible")), "h", "-i", str(anchor / "hosts.yml"), "-m", "sglang_directory",
+             "-a", json.dumps(args), *extra],
+            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.stdout.startswith("{"), done.stdout + done.stderr
+        [result] = [task["hosts"]["h"] for play in json.loads(done.stdout)["plays"] for task in play["tasks"]]
+        return result
+
+    dry = run("--check")
+    assert not dry.get("failed") and dry["changed"], dry
+    assert dry["created"] == [str(Path(path).parent), path]
+    assert not Path(path).parent.exists()
+    real = run()
+    assert real.get("failed"), real
+    assert real["msg"] == f"sglang_server_home = {path}: no such user or group user 'no-such-user-sgl', group 'no-such-group-sgl'"
+    assert not Path(path).parent.exists()
