@@ -42,6 +42,11 @@ def sglang_worker_urls(hostnames: Any, hostvars: Any) -> list[str]:
     return _call(router.worker_urls, {h: hostvars[h].get("sglang_server_resolved") for h in hostnames})
 
 
+def sglang_worker_cafiles(hostnames: Any, hostvars: Any) -> list[str]:
+    """groups['sglang_servers'] | sglang_worker_cafiles(hostvars): the CAs of the workers serving TLS, each once."""
+    return _call(router.worker_cafiles, {h: hostvars[h].get("sglang_server_resolved") for h in hostnames})
+
+
 def sglang_router_endpoints(hostnames: Any, hostvars: Any) -> dict[str, dict[str, str]]:
     """routers | sglang_router_endpoints(hostvars): each router's resolved API and metrics URL."""
     return _call(router.router_endpoints, {h: hostvars[h].get("sglang_router_resolved") for h in hostnames})
@@ -91,6 +96,7 @@ class FilterModule:
             "sglang_router_basis": sglang_router_basis,
             "sglang_router_env_file_lines": sglang_router_env_file_lines,
             "sglang_worker_urls": sglang_worker_urls,
+            "sglang_worker_cafiles": sglang_worker_cafiles,
             "sglang_router_endpoints": sglang_router_endpoints,
             "sglang_router_in_flight": sglang_router_in_flight,
             "sglang_router_worker_entry": sglang_router_worker_entry,

@@ -19,7 +19,7 @@ description:
     C(problem), not as a module failure, so the sweep's other results are kept; the playbook fails the host.
   - Changes nothing on the host (bench_serving's output goes to a private temporary directory that is
     removed). In check mode I(mode=plan) runs and I(mode=step) does not.
-extends_documentation_fragment: [sglang_api_key]
+extends_documentation_fragment: [sglang_endpoint_client]
 options:
   mode:
     description: C(plan) the steps, or run one C(step).
@@ -111,7 +111,7 @@ def main() -> None:
             "seed": {"type": "int"},
             "warmup_requests": {"type": "int"},
             "timeout": {"type": "float"},
-            **endpoint.API_KEY_OPTIONS,
+            **endpoint.CLIENT_OPTIONS,
         },
         # No defaults here: the sglang_deploy_bench role's are the only ones, and it passes each.
         required_if=[
@@ -137,6 +137,8 @@ def main() -> None:
             seed=params["seed"],
             warmup_requests=params["warmup_requests"],
             timeout_s=params["timeout"],
+            # The CA given, else the server's own --ssl-ca-certs (this module runs on its host).
+            **({"cafile": params["cafile"]} if params["cafile"] else {}),
         )
         api_key = endpoint.api_key_from_env_file(params["env_file"], params["api_key_env"])
     except ValueError as err:  # BenchError, a bad port or model flag, an unreadable env file

@@ -14,7 +14,7 @@ description:
   - The API key is read on the host from the unit's 0600 environment file (I(env_file)), so it is in no
     command line and no task argument.
   - Read-only. In check mode nothing was restarted, so nothing is asked.
-extends_documentation_fragment: [sglang_api_key]
+extends_documentation_fragment: [sglang_endpoint_client]
 options:
   url:
     description: The server's base URL as the host reaches it (sglang_server_resolved.endpoint.local_url).
@@ -55,7 +55,7 @@ def main() -> None:
             "url": {"type": "str", "required": True},
             "model": {"type": "str", "required": True},
             "probes": {"type": "list", "elements": "dict", "required": True},
-            **endpoint.API_KEY_OPTIONS,
+            **endpoint.CLIENT_OPTIONS,
             "inventory_hostname": {"type": "str"},
         },
         supports_check_mode=True,
@@ -71,7 +71,11 @@ def main() -> None:
         module.fail_json(msg=f"{prefix}{err}", passed=None, report="")
     if module.check_mode:
         module.exit_json(changed=False, passed=None, report="check mode: nothing was restarted, nothing asked")
-    results = gate.run_probes(endpoint.Endpoint(url, api_key=key), params["model"], probes)
+    try:
+        target = endpoint.Endpoint(url, api_key=key, cafile=params["cafile"])
+    except ValueError as err:
+        module.fail_json(msg=f"{prefix}{err}", passed=None, report="")
+    results = gate.run_probes(target, params["model"], probes)
     report = gate.report(results)
     failed = [r.probe.name for r in results if not r.ok]
     if failed:

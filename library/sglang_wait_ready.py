@@ -13,7 +13,7 @@ description:
     line and no task argument. Requests go to that host only, follow no redirect, and each has a
     total deadline (the project's endpoint client).
   - Read-only. In check mode nothing was (re)started, so nothing is polled.
-extends_documentation_fragment: [sglang_api_key]
+extends_documentation_fragment: [sglang_endpoint_client]
 options:
   url:
     description: Base URL; default from I(bind_host) and I(port) (a wildcard bind address means loopback).
@@ -73,7 +73,7 @@ def main() -> None:
             "timeout": {"type": "float", "required": True},
             "path": {"type": "str", "default": endpoint.READY_PATH},
             "unit": {"type": "str"},
-            **endpoint.API_KEY_OPTIONS,
+            **endpoint.CLIENT_OPTIONS,
             "initial_delay": {"type": "float", "default": 2.0},
             "max_delay": {"type": "float", "default": 30.0},
         },
@@ -95,6 +95,7 @@ def main() -> None:
             api_key_env=params["api_key_env"],
             initial_delay=params["initial_delay"],
             max_delay=params["max_delay"],
+            cafile=params["cafile"],
         )
     except ValueError as err:
         module.fail_json(msg=str(err), ready=False, attempts=0, verdict=str(err))

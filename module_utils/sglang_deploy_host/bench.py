@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from .endpoint import READY_PATH, SHORT_DEADLINE_S, Endpoint, EndpointError, served_model_name
+from .endpoint import READY_PATH, SHORT_DEADLINE_S, Endpoint, EndpointError, host_cafile, served_model_name
 from .endpoint import base_url as server_url
 
 # The sweep's default concurrencies; the server's --max-running-requests caps and tops it.
@@ -115,6 +115,8 @@ class Settings:
     # Requests sent together before each step's measurement; None: as many as the step's concurrency
     # (warms the batch size that step runs at).
     warmup_requests: Optional[int] = None
+    # The CA an https server's certificate is verified with ("" = the system store); bench_serving gets it too.
+    cafile: str = ""
 
     def check(self) -> "Settings":
         check_numbers(self.backend, self.input_len, self.output_len, self.warmup_requests, self.timeout_s)
@@ -167,6 +169,7 @@ def settings_from_flags(flags: Mapping[str, Any], tokenizer: Optional[str] = Non
         (str(flags[name]) for name in ("tokenizer-path", "model-path", "model") if flags.get(name) not in (None, True, False, "")),
         "",
     )
+    options.setdefault("cafile", host_cafile(flags))
     return Settings(base_url=server_url(flags), model=served_model_name(flags), tokenizer=path, **options).check()
 
 
@@ -234,13 +237,17 @@ def bench_argv(settings: Settings, step: Step, output_file: str, *, progress_bar
     return argv
 
 
-def child_env(base: Mapping[str, str], api_key: str) -> dict:
+def child_env(base: Mapping[str, str], api_key: str, cafile: str = "") -> dict:
     """bench_serving's environment: the key as the one variable it reads for a Bearer token (and no
     other key that happens to be set, which it would send to this server), the hub off (the
-    tokenizer is a local directory; nothing is downloaded), output unbuffered for live progress."""
+    tokenizer is a local directory; nothing is downloaded), output unbuffered for live progress, and the
+    server's CA as what its clients trust (aiohttp reads SSL_CERT_FILE through OpenSSL, requests
+    REQUESTS_CA_BUNDLE): an https server is verified, never taken on trust."""
     env = {k: v for k, v in base.items() if k not in (KEY_ENV, _OTHER_KEY_ENV)}
     if api_key:
         env[KEY_ENV] = api_key
+    if cafile:
+        env.update({"SSL_CERT_FILE": cafile, "REQUESTS_CA_BUNDLE": cafile})
     env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
                 "TOKENIZERS_PARALLELISM": "false"})  # fmt: skip
     return env
@@ -353,7 +360,7 @@ def run_step(
     its arguments follow. A step is ok when bench_serving exits 0, wrote its record, and every
     prompt completed; otherwise ``problem`` says why and ``failed_requests`` how many failed."""
     settings.check()
-    unhealthy = _health_problem(settings.base_url)
+    unhealthy = _health_problem(settings.base_url, settings.cafile)
     if unhealthy is not None:
         return StepResult(
             concurrency=step.concurrency, num_prompts=step.num_prompts, ok=False, failed_requests=step.num_prompts,
@@ -366,7 +373,7 @@ def run_step(
     started = time.monotonic()
     try:
         rc, raw_tail = run_bounded(
-            [*command, *args], child_env(os.environ if base_env is None else base_env, api_key),
+            [*command, *args], child_env(os.environ if base_env is None else base_env, api_key, settings.cafile),
             settings.timeout_s, cwd=workdir, echo=echo,
         )  # fmt: skip
         record = _last_record(output_file)
@@ -417,11 +424,11 @@ def run_step(
     )  # fmt: skip
 
 
-def _health_problem(url: str) -> Optional[str]:
+def _health_problem(url: str, cafile: str = "") -> Optional[str]:
     """Why the server at ``url`` cannot be measured now (``/health_generate`` not 200), or None."""
     try:
-        status = Endpoint(url).get(READY_PATH, timeout=SHORT_DEADLINE_S).status
-    except EndpointError as err:
+        status = Endpoint(url, cafile=cafile).get(READY_PATH, timeout=SHORT_DEADLINE_S).status
+    except (EndpointError, ValueError) as err:
         return str(err)
     return None if status == 200 else f"GET {url.rstrip('/')}{READY_PATH} answered {status}"
 

@@ -72,6 +72,8 @@ GENERATE_DEADLINE_S = 120.0
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 # The unit's environment file: a few lines of secrets; anything larger is not that file.
 ENV_FILE_MAX_BYTES = 64 * 1024
+# A CA bundle a client trusts (one CA, or a distribution's whole bundle of ~150): bounded like every file read.
+CA_FILE_MAX_BYTES = 4 * 1024 * 1024
 _READ_PIECE = 64 * 1024
 
 
@@ -111,9 +113,11 @@ def port_number(value: Any, what: str) -> int:
     return int(text)
 
 
-def http_url(address: str, port: Any) -> str:
-    """``http://address:port``, the address bracketed when it is IPv6."""
-    return f"http://{url_host(address)}:{port_number(port, 'port')}"
+def http_url(address: str, port: Any, scheme: str = "http") -> str:
+    """``http://address:port`` (or ``scheme``, https), the address bracketed when it is IPv6."""
+    if scheme not in ("http", "https"):
+        raise ValueError(f"scheme {scheme!r} is not http or https")
+    return f"{scheme}://{url_host(address)}:{port_number(port, 'port')}"
 
 
 # Flags of sglang and the router (smg) whose value is a secret (or a URL or path that usually carries or
@@ -149,10 +153,22 @@ def client_host(bind_host: Optional[str]) -> str:
 
 
 def base_url(flags: Mapping[str, Any], connect_host: Optional[str] = None) -> str:
-    """``http://host:port`` of a server launched with ``flags`` (the launch model's flag dict)."""
+    """``http(s)://host:port`` of a server launched with ``flags`` (the launch model's flag dict): https when
+    it serves TLS (``--ssl-certfile``), as sglang's own ServerArgs.url() decides."""
     port = port_number(flags.get("port", DEFAULT_PORT), "launch flag port")
     host = client_host(connect_host) if connect_host else client_host(_str_or_none(flags.get("host")))
-    return f"http://{host}:{port}"
+    return f"{'https' if serves_tls(flags) else 'http'}://{host}:{port}"
+
+
+def serves_tls(flags: Mapping[str, Any]) -> bool:
+    """Whether a server launched with ``flags`` speaks TLS (``--ssl-certfile`` names a file)."""
+    return isinstance(flags.get("ssl-certfile"), str) and bool(flags["ssl-certfile"])
+
+
+def host_cafile(flags: Mapping[str, Any]) -> str:
+    """The CA file a client on the server's own host verifies it with: its ``--ssl-ca-certs`` ("" = none)."""
+    value = flags.get("ssl-ca-certs")
+    return value if isinstance(value, str) and serves_tls(flags) else ""
 
 
 def served_model_name(flags: Mapping[str, Any]) -> str:
@@ -192,6 +208,8 @@ class Target:
     api_key: str = field(default="", repr=False)
     # Whether the server runs with --enable-metrics (GET /metrics); None: not known (a bare URL).
     metrics: Optional[bool] = None
+    # The CA an https server is verified with ("" = the system store): on its host, its --ssl-ca-certs.
+    cafile: str = ""
 
 
 def target_from_render(unit_text: str, env_text: str, connect_host: Optional[str] = None) -> Target:
@@ -208,7 +226,10 @@ def target_from_render(unit_text: str, env_text: str, connect_host: Optional[str
         key = values[name]
     elif isinstance(flags.get("api-key"), str):
         key = str(flags["api-key"])
-    return Target(base_url(flags, connect_host), served_model_name(flags), key, metrics=flags.get("enable-metrics") is True)
+    return Target(
+        base_url(flags, connect_host), served_model_name(flags), key, metrics=flags.get("enable-metrics") is True,
+        cafile=host_cafile(flags),
+    )  # fmt: skip
 
 
 def metric_names(exposition: str) -> set[str]:
@@ -381,6 +402,32 @@ def _read_body(answer: http.client.HTTPResponse, what: str) -> bytes:
     return b"".join(pieces)
 
 
+def read_text(path: str, limit: int, what: str, encoding: str, kind: str) -> str:
+    """A small file a client reads (the env file, a CA file): a regular file, at most ``limit`` bytes,
+    decoded; ValueError naming ``what`` and the path otherwise."""
+    try:
+        return read_regular_file(path, limit).decode(encoding)
+    except OSError as err:
+        raise ValueError(f"{what} {path}: cannot read it ({err.strerror})") from None
+    except UnreadableFileError as err:
+        raise ValueError(f"{what} {path}: {err}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} {path}: not {kind}") from None
+
+
+def tls_context(cafile: str = "") -> ssl.SSLContext:
+    """The client side of every https request: the certificate chain and the host name are always
+    verified (ssl.create_default_context: CERT_REQUIRED, check_hostname), against ``cafile`` (PEM,
+    read bounded) when given, else the system's CA store. No caller can switch the check off."""
+    if not cafile:
+        return ssl.create_default_context()
+    pem = read_text(cafile, CA_FILE_MAX_BYTES, "CA file", "ascii", "PEM text")
+    try:
+        return ssl.create_default_context(cadata=pem)
+    except ssl.SSLError as err:
+        raise ValueError(f"CA file {cafile}: no PEM certificate in it ({err.reason or err})") from None
+
+
 def _exchange(
     parts: urllib.parse.SplitResult,
     method: str,
@@ -389,6 +436,7 @@ def _exchange(
     headers: Mapping[str, str],
     deadline: _Deadline,
     what: str,
+    context: Optional[ssl.SSLContext],
 ) -> Response:
     """One request on a new connection to the URL's own host and port (never a proxy)."""
     port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -397,7 +445,7 @@ def _exchange(
     answer: Optional[http.client.HTTPResponse] = None
     try:
         if parts.scheme == "https":
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=parts.hostname)
+            sock = (context or ssl.create_default_context()).wrap_socket(sock, server_hostname=parts.hostname)
         # http.client only speaks HTTP on the socket connected (and TLS-wrapped) under the watchdog.
         conn = http.client.HTTPConnection(str(parts.hostname), port)
         conn.sock = sock
@@ -421,11 +469,15 @@ def _exchange(
 class Endpoint:
     """An sglang HTTP server at an http(s):// base URL; ``api_key`` is sent as a Bearer token when
     set, to that origin only. ``timeout`` is a request's total deadline; GETs get at most
-    SHORT_DEADLINE_S of it."""
+    SHORT_DEADLINE_S of it. An https server's certificate is verified against ``cafile`` (PEM; "" = the
+    system's CA store), its name against the URL's host (:func:`tls_context`)."""
 
     url: str
     api_key: str = field(default="", repr=False)
     timeout: float = GENERATE_DEADLINE_S
+    cafile: str = ""
+    # The https client context, made from cafile once (None for http://).
+    _context: Optional[ssl.SSLContext] = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_url(self.url)
@@ -433,6 +485,9 @@ class Endpoint:
         problem = api_key_problem(self.api_key, "the API key")
         if problem:
             raise ValueError(problem)
+        # Read once, here: a CA file that cannot be read is a clear error before any request.
+        if urllib.parse.urlsplit(self.url).scheme == "https":
+            object.__setattr__(self, "_context", tls_context(self.cafile))
 
     def request(self, method: str, path: str, payload: Any = None, timeout: Optional[float] = None) -> Response:
         """One request within ``timeout`` s in all (default ``self.timeout``); HTTP error statuses are
@@ -450,9 +505,16 @@ class Endpoint:
             headers["Authorization"] = f"Bearer {self.api_key}"
         with _Deadline(seconds) as deadline:
             try:
-                response = _exchange(parts, method, path, body, headers, deadline, what)
+                response = _exchange(parts, method, path, body, headers, deadline, what, self._context)
             except EndpointError:
                 raise
+            except ssl.SSLCertVerificationError as err:
+                raise EndpointError(
+                    f"{what}: the server's certificate is not trusted ({err.verify_message}): "
+                    f"{'CA file ' + self.cafile if self.cafile else 'the system CA store'} does not vouch for it "
+                    "under this host name. Fix: give the CA that signed it (sglang_server_tls_cafile), or a URL "
+                    "whose host the certificate names"
+                ) from None
             except (OSError, http.client.HTTPException) as err:
                 if deadline.passed:
                     raise EndpointError(f"{what}: no complete answer within {seconds:g} s") from None
@@ -695,11 +757,13 @@ def systemd_unit_failed(unit: str) -> Callable[[], Optional[str]]:
 
 
 # -- the readiness gate (module sglang_wait_ready, and this file as a script) ----------------------
-# The options of every module that reads the key with api_key_from_env_file (documented once: the doc
-# fragment sglang_api_key). The variable's name is no secret.
-API_KEY_OPTIONS: dict[str, dict[str, Any]] = {
+# The options of every module that talks to the endpoint: the key read with api_key_from_env_file, the CA an
+# https server is verified against (documented once: the doc fragment sglang_endpoint_client). The variable's
+# name is no secret.
+CLIENT_OPTIONS: dict[str, dict[str, Any]] = {
     "env_file": {"type": "path"},
     "api_key_env": {"type": "str", "default": API_KEY_ENV, "no_log": False},
+    "cafile": {"type": "path", "default": ""},
 }
 
 
@@ -708,14 +772,7 @@ def api_key_from_env_file(env_file: Optional[str], name: str) -> str:
     or in a task's environment), else from this process's environment; "" when it is not set."""
     if env_file is None:
         return os.environ.get(name, "")
-    try:
-        text = read_regular_file(env_file, ENV_FILE_MAX_BYTES).decode("utf-8")
-    except OSError as err:
-        raise ValueError(f"env file {env_file}: cannot read it ({err.strerror})") from None
-    except UnreadableFileError as err:
-        raise ValueError(f"env file {env_file}: {err}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"env file {env_file}: not UTF-8 text") from None
+    text = read_text(env_file, ENV_FILE_MAX_BYTES, "env file", "utf-8", "UTF-8 text")
     return env_file_values(text).get(name, "")
 
 
@@ -730,10 +787,11 @@ def readiness_gate(
     initial_delay: float = 2.0,
     max_delay: float = 30.0,
     progress: Optional[Callable[[str], None]] = None,
+    cafile: str = "",
 ) -> "tuple[ReadyResult, str]":
     """Poll ``url + path`` until it answers 200 or ``timeout`` is spent; the result and its verdict
-    line. ValueError for a URL that is not http(s) or an unreadable ``env_file``."""
-    endpoint = Endpoint(url, api_key=api_key_from_env_file(env_file, api_key_env))
+    line. ValueError for a URL that is not http(s), an unreadable ``env_file`` or ``cafile``."""
+    endpoint = Endpoint(url, api_key=api_key_from_env_file(env_file, api_key_env), cafile=cafile)
     result = wait_ready(
         endpoint,
         timeout,
@@ -768,13 +826,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         default=API_KEY_ENV,
         help=f"the key's variable in --env-file, else in this environment (default {API_KEY_ENV})",
     )
+    ready.add_argument("--cafile", default="", help="PEM CA file an https server's certificate is verified against")
     args = parser.parse_args(argv)
     url = args.url or base_url({k: v for k, v in (("host", args.bind_host), ("port", args.port)) if v})
     try:
         result, verdict = readiness_gate(
             url, args.timeout, path=args.path, unit=args.unit, env_file=args.env_file,
             api_key_env=args.api_key_env, initial_delay=args.initial_delay, max_delay=args.max_delay,
-            progress=lambda line: print(line, flush=True),
+            progress=lambda line: print(line, flush=True), cafile=args.cafile,
         )  # fmt: skip
     except ValueError as err:
         print(f"endpoint.py wait-ready: {err}", file=sys.stderr, flush=True)

@@ -156,6 +156,8 @@ class Config:
     service_user: str
     visible_devices: Optional[str] = None
     metrics_file: Optional[str] = None
+    # The CA an https server's certificate is verified with (the unit's --ssl-ca-certs); "" = plain HTTP.
+    cafile: str = ""
     nvidia_smi: str = gpufacts.DEFAULT_NVIDIA_SMI
     journalctl: str = "journalctl"
     systemctl: str = "systemctl"
@@ -432,7 +434,7 @@ def generate(config: Config, api_key: str) -> Generation:
     taken = port_owner_problem(config)
     if taken is not None:
         return taken
-    client = endpoint.Endpoint(config.url, api_key=api_key, timeout=config.timeout_s)
+    client = endpoint.Endpoint(config.url, api_key=api_key, timeout=config.timeout_s, cafile=config.cafile)
     payload = {"text": GENERATE_PROMPT, "sampling_params": {"max_new_tokens": GENERATE_MAX_NEW_TOKENS, "temperature": 0}}
     what = f"POST {GENERATE_PATH}"
     started = time.monotonic()
@@ -484,8 +486,8 @@ def progress(config: Config, budget: Optional[Budget] = None) -> Progress:
     if seconds <= 0 or port_owner_problem(config) is not None:
         return Progress()
     try:
-        answer = endpoint.Endpoint(config.url, timeout=seconds).get("/metrics", timeout=seconds)
-    except endpoint.EndpointError:
+        answer = endpoint.Endpoint(config.url, timeout=seconds, cafile=config.cafile).get("/metrics", timeout=seconds)
+    except (endpoint.EndpointError, ValueError):
         return Progress()
     return parse_progress(answer.text) if answer.status == 200 else Progress()
 
@@ -774,6 +776,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     run.add_argument("--visible-devices", help="the unit's CUDA_VISIBLE_DEVICES, if it sets one")
     run.add_argument("--state-file", required=True, help="the watchdog's state (in its StateDirectory=)")
     run.add_argument("--metrics-file", help="node_exporter textfile collector file the watchdog writes (optional)")
+    run.add_argument("--cafile", default="", help="the CA an https server's certificate is verified with (PEM)")
     # No defaults: the role's sglang_server_watchdog_* are the only source, and its unit passes each.
     settings = run.add_argument_group("settings (the unit passes each from sglang_server_watchdog_*)")
     settings.add_argument("--failures", type=small, required=True, help="failed checks in a row before a restart")
@@ -800,11 +803,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         failures=args.failures, backoff_initial_s=args.backoff_initial, backoff_max_s=max(args.backoff_max, args.backoff_initial),
         timeout_s=args.timeout, start_grace_s=args.start_grace, stable_s=args.stable,
         max_restarts_per_hour=args.max_restarts_per_hour, service_user=args.service_user,
-        metrics_file=args.metrics_file, nvidia_smi=args.nvidia_smi,
+        metrics_file=args.metrics_file, cafile=args.cafile, nvidia_smi=args.nvidia_smi,
     )  # fmt: skip
     try:
         return check(config)
-    except ValueError as err:  # the env file (endpoint.api_key_from_env_file names it)
+    except ValueError as err:  # the env file or the CA file (endpoint names it)
         emit("err", f"{PREFIX} {REFUSED}: {err}")
         return 2
 

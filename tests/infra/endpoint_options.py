@@ -24,6 +24,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--sglang-probes", help="YAML probes file replacing the default correctness probes")
     group.addoption(
+        "--sglang-cafile",
+        default="",
+        help="the CA (PEM, on this machine) an https server's certificate is verified with "
+        "(sglang_server_tls_cafile; default: the system's CA store)",
+    )
+    group.addoption(
         "--sglang-connect-host",
         help="address the control node uses for a host whose server binds every interface "
         "(default: the host's ansible_host, else 127.0.0.1)",

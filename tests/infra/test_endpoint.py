@@ -15,7 +15,10 @@ reason, instead of each test waiting out its own deadline (up to minutes for a c
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import ssl
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -50,17 +53,20 @@ def target(request: pytest.FixtureRequest, host) -> ep.Target:  # type: ignore[n
         model = request.config.getoption("--sglang-model")
         if not model:
             pytest.fail("--sglang-endpoint needs --sglang-model (the served model name)")
-        return ep.Target(str(url), str(model), os.environ.get(request.config.getoption("--sglang-api-key-env"), ""))
+        key = os.environ.get(request.config.getoption("--sglang-api-key-env"), "")
+        return ep.Target(str(url), str(model), key, cafile=str(request.config.getoption("--sglang-cafile")))
     rendered: Path = request.getfixturevalue("rendered_dir")
     unit_name: str = request.getfixturevalue("unit_name")
     unit_text = (rendered / f"{unit_name}.service").read_text()
     flag_words, _ = sglang_launcher.split_command_line(systemd.exec_start_argv(unit_text))
     bind_host = ep.flags_from_argv(flag_words).get("host")
-    return ep.target_from_render(
+    target = ep.target_from_render(
         unit_text,
         (rendered / f"{unit_name}.env").read_text(),
         connect_host=_connect_host(request, host, bind_host if isinstance(bind_host, str) else None),
     )
+    # The render names the CA's path on the host; this machine verifies with its own copy.
+    return dataclasses.replace(target, cafile=str(request.config.getoption("--sglang-cafile")))
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +77,7 @@ def unanswered() -> dict[str, str]:
 
 @pytest.fixture()
 def server(target: ep.Target, unanswered: dict[str, str]) -> ep.Endpoint:
-    endpoint = ep.Endpoint(target.url, api_key=target.api_key, timeout=ep.GENERATE_DEADLINE_S)
+    endpoint = ep.Endpoint(target.url, api_key=target.api_key, timeout=ep.GENERATE_DEADLINE_S, cafile=target.cafile)
     if target.url not in unanswered:
         try:
             endpoint.get("/health", timeout=ANSWERS_DEADLINE_S)
@@ -95,10 +101,10 @@ def test_models_lists_the_served_model_name(server: ep.Endpoint, target: ep.Targ
 
 
 def test_api_key_is_enforced_as_configured(server: ep.Endpoint, target: ep.Target) -> None:
-    anonymous = ep.Endpoint(server.url)
+    anonymous = ep.Endpoint(server.url, cafile=server.cafile)
     if target.api_key:
         assert anonymous.get("/v1/models").status == 401, "the API key is set but not enforced"
-        assert ep.Endpoint(server.url, api_key=target.api_key + "-wrong").get("/v1/models").status == 401
+        assert ep.Endpoint(server.url, api_key=target.api_key + "-wrong", cafile=server.cafile).get("/v1/models").status == 401
     else:
         assert anonymous.get("/v1/models").status == 200, "no API key configured, yet the server refuses"
 
@@ -106,7 +112,7 @@ def test_api_key_is_enforced_as_configured(server: ep.Endpoint, target: ep.Targe
 def test_metrics_are_served_as_configured(server: ep.Endpoint, target: ep.Target) -> None:
     # sglang serves /metrics (Prometheus text) with --enable-metrics, outside its API key check like
     # /health; without the flag the route does not exist. A bare --sglang-endpoint: either, well formed.
-    answer = ep.Endpoint(server.url).get("/metrics")
+    answer = ep.Endpoint(server.url, cafile=server.cafile).get("/metrics")
     if target.metrics is False:
         assert answer.status == 404, f"--enable-metrics is not set, yet GET /metrics answers HTTP {answer.status}"
         return
@@ -115,6 +121,20 @@ def test_metrics_are_served_as_configured(server: ep.Endpoint, target: ep.Target
     assert answer.status == 200, f"GET {server.url}/metrics: HTTP {answer.status} {answer.text[:200]!r}"
     names = ep.metric_names(answer.text)
     assert "sglang:num_running_reqs" in names, f"no sglang:num_running_reqs in /metrics: {sorted(names)[:20]}"
+
+
+def test_tls_is_served_as_configured(server: ep.Endpoint) -> None:
+    """An https server: its certificate verifies against the CA given, under the name in the URL (the server
+    fixture's first request did, with the check on), and plain HTTP to its port gets no answer (the key never
+    crosses in clear). A CA given for a plain-HTTP server is a TLS the inventory asks for and nobody serves."""
+    parts = urllib.parse.urlsplit(server.url)
+    if parts.scheme != "https":
+        assert not server.cafile, f"a CA file is given, yet {server.url} is plain HTTP: the inventory's TLS is not served"
+        return
+    with pytest.raises(ep.EndpointError, match="no answer|no complete answer"):
+        ep.Endpoint(parts._replace(scheme="http").geturl()).get("/health")
+    context = ep.tls_context(server.cafile)
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
 
 
 def test_chat_completion_returns_content(server: ep.Endpoint, target: ep.Target) -> None:

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy.serving import jitcache
+from sglang_deploy_host import endpoint as ep
+from sglang_deploy_host import sglang_launcher, systemd
 
 UNIT_DIR = "/etc/systemd/system"
 
@@ -112,3 +114,23 @@ def test_jit_caches_on_the_kept_disk_are_the_services_and_writable_by_the_unit(
         directory = host.file(path)
         if directory.exists:  # made by a start
             assert directory.is_directory and (directory.user, directory.mode) == (service_user, 0o700), path
+
+
+def test_tls_files_are_readable_by_the_service_and_nobody_else(host, rendered_dir: Path, unit_name: str, service_user: str) -> None:
+    """With TLS (sglang_server_tls_*) the unit names the certificate, key and CA the role installed: the
+    directory and key root's, readable by the service's group only (0750, 0640), the certificate and CA
+    public; the service can read each, another user cannot read the key (roles/sglang_server/tasks/tls.yml)."""
+    flag_words, _ = sglang_launcher.split_command_line(systemd.exec_start_argv((rendered_dir / f"{unit_name}.service").read_text()))
+    flags = ep.flags_from_argv(flag_words)
+    if not ep.serves_tls(flags):
+        pytest.skip("no TLS in this inventory (sglang_server_tls_certfile is empty)")
+    group = host.user(service_user).group
+    key, cert, ca = (host.file(str(flags[name])) for name in ("ssl-keyfile", "ssl-certfile", "ssl-ca-certs"))
+    directory = host.file(str(Path(key.path).parent))
+    assert (directory.user, directory.group, directory.mode) == ("root", group, 0o750)
+    assert (key.user, key.group, key.mode) == ("root", group, 0o640)
+    for public in (cert, ca):
+        assert (public.user, public.group, public.mode) == ("root", group, 0o644), public.path
+    for path in (key.path, cert.path, ca.path):
+        assert host.run(f"runuser -u {service_user} -- test -r {path}").rc == 0, f"{service_user} cannot read {path}"
+    assert host.run(f"runuser -u nobody -- test -r {key.path}").rc != 0, f"{key.path} is readable by other users"

@@ -1,5 +1,5 @@
-"""The watchdog on a serving host (molecule/sglang_endpoint: the real sglang unit runs the HTTP
-stand-in, nvidia-smi is the fixture stand-in): its units valid and hardened, and what it does,
+"""The watchdog on a serving host (molecule/sglang_endpoint, and over https molecule/sglang_tls: the real
+sglang unit runs the HTTP stand-in, nvidia-smi is the fixture stand-in): its units valid and hardened, and what it does,
 tick by tick, started by hand (`systemctl start`, as its timer would): a healthy server is left
 alone; a server whose /health keeps answering 200 while nothing is generated is restarted after
 sglang_server_watchdog_failures ticks, with one journal line; a lost GPU is reported, never
@@ -15,6 +15,8 @@ import time
 import pytest
 
 from pathlib import Path
+
+from sglang_deploy_host import systemd
 
 SOURCE = Path(__file__).resolve().parents[2] / "module_utils" / "sglang_deploy_host"
 WATCHDOG = "sglang-watchdog"
@@ -56,9 +58,18 @@ def _state(host) -> dict:  # type: ignore[no-untyped-def]
     return json.loads(host.run(f"cat {STATE_FILE}").stdout)
 
 
-def _health(host, port: int = 18431) -> str:  # type: ignore[no-untyped-def]
-    probe = (f"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{port}/health_generate', timeout=10).status)")
-    return host.run(f"python3 -c \"{probe}\"").stdout.strip()
+def _health(host) -> str:  # type: ignore[no-untyped-def]
+    """GET /health_generate as the watchdog's own unit reaches the server (its --url, and its --cafile for
+    an https one: molecule/sglang_tls), from the host; the status, or Python's error."""
+    words = systemd.exec_start_argv(host.file(f"{UNIT_DIR}/{WATCHDOG}.service").content_string)
+    url = words[words.index("--url") + 1]
+    cafile = words[words.index("--cafile") + 1] if "--cafile" in words else None
+    probe = (
+        "import ssl, sys, urllib.request as u; "
+        "c = ssl.create_default_context(cafile=sys.argv[2]) if sys.argv[2] else None; "
+        "print(u.urlopen(sys.argv[1] + '/health_generate', timeout=10, context=c).status)"
+    )
+    return host.run("python3 -c %s %s %s", probe, url, cafile or "").stdout.strip()
 
 
 def _wait(what: str, check, seconds: float = 90) -> None:  # type: ignore[no-untyped-def]

@@ -20,7 +20,9 @@ It speaks the part of sglang's HTTP API that the readiness gate, the endpoint su
   anything but /health*           401 {"error": "Unauthorized"} without ``Authorization: Bearer <--api-key>``
 
 It accepts sglang's launch argv (--model-path/--model, --served-model-name, --host, --port,
---api-key, --reasoning-parser, --tp-size, --max-running-requests; every other flag is ignored), so a
+--api-key, --reasoning-parser, --tp-size, --max-running-requests, --ssl-certfile/--ssl-keyfile/--ssl-ca-certs
+for TLS as uvicorn serves it, with sglang's own warmup request verifying the certificate against
+--ssl-ca-certs at ServerArgs.url() and the server exiting when that fails; every other flag is ignored), so a
 test venv can install it as the module ``sglang.launch_server`` and the real systemd unit starts it.
 Answers come from a small rule table (capital of France, two-number arithmetic, a Python ``add``
 function); they are right, so the correctness gate passes, except in the modes below. A "token" is
@@ -76,6 +78,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
 import itertools
 import json
 import math
@@ -83,9 +86,11 @@ import os
 import re
 import secrets
 import socket
+import ssl
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator, Optional
@@ -121,6 +126,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
     parser.add_argument("--max-running-requests", type=int)
     parser.add_argument("--enable-metrics", action="store_true")
+    parser.add_argument("--ssl-certfile")
+    parser.add_argument("--ssl-keyfile")
+    parser.add_argument("--ssl-ca-certs")
     parser.add_argument("--standin-mode", choices=MODES, default=os.environ.get("SGLANG_STANDIN_MODE", "ok"))
     parser.add_argument("--standin-mode-file", default=os.environ.get("SGLANG_STANDIN_MODE_FILE", ""))
     parser.add_argument("--standin-load-delay", type=float, default=_env_number("SGLANG_STANDIN_LOAD_DELAY", "2"))
@@ -443,6 +451,58 @@ class StandinServer(ThreadingHTTPServer):
     # A benchmark connects up to its concurrency at once; the default backlog (5) would drop SYNs
     # and add a second's retransmit to their time to first token.
     request_queue_size = 1024
+    # TLS (--ssl-certfile): each accepted connection is wrapped; its handshake runs in the request's own
+    # thread (on its first read), so a client that never completes one holds no other.
+    tls: Optional[ssl.SSLContext] = None
+
+    def get_request(self) -> Any:
+        conn, address = super().get_request()
+        if self.tls is not None:
+            conn = self.tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+        return conn, address
+
+
+def tls_context(args: argparse.Namespace) -> Optional[ssl.SSLContext]:
+    """uvicorn's server context from sglang's flags (sglang's own checks first: both files, each present);
+    --ssl-ca-certs is loaded as uvicorn does, without asking clients for a certificate."""
+    if not args.ssl_certfile and not args.ssl_keyfile:
+        return None
+    if not (args.ssl_certfile and args.ssl_keyfile):
+        raise SystemExit("--ssl-certfile and --ssl-keyfile go together")
+    for path in filter(None, (args.ssl_certfile, args.ssl_keyfile, args.ssl_ca_certs)):
+        if not os.path.isfile(path):
+            raise SystemExit(f"SSL file not found: {path!r}")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(args.ssl_certfile, args.ssl_keyfile)
+    if args.ssl_ca_certs:
+        context.load_verify_locations(args.ssl_ca_certs)
+    return context
+
+
+def warmup_url(args: argparse.Namespace, port: int) -> str:
+    """sglang's ServerArgs.url(): its own requests go to the bound address (loopback for a wildcard)."""
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(args.host, args.host)
+    host = f"[{host}]" if ":" in host else host
+    return f"{'https' if args.ssl_certfile else 'http'}://{host}:{port}"
+
+
+def warmup(args: argparse.Namespace, port: int) -> bool:
+    """sglang's warmup request over TLS: GET /health at :func:`warmup_url`, the certificate verified against
+    --ssl-ca-certs (sglang's ssl_verify(); without it sglang turns the check off, and so does this)."""
+    if not args.ssl_certfile:
+        return True
+    context = ssl.create_default_context(cafile=args.ssl_ca_certs) if args.ssl_ca_certs else ssl._create_unverified_context()
+    url = warmup_url(args, port)
+    parts = urllib.parse.urlsplit(url)
+    try:
+        conn = http.client.HTTPSConnection(str(parts.hostname), parts.port, timeout=10, context=context)
+        conn.request("GET", "/health")
+        conn.getresponse().read()
+        conn.close()
+    except (OSError, http.client.HTTPException) as err:
+        print(f"Initialization failed. warmup error: GET {url}/health: {err}", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
@@ -706,9 +766,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     state = StandinState(args)
     server = StandinServer((args.host, args.port), make_handler(state))
+    server.tls = tls_context(args)
     host, port = server.server_address[:2]
     print(
-        f"sglang stand-in: serving {state.served_name!r} on http://{host}:{port} "
+        f"sglang stand-in: serving {state.served_name!r} on {'https' if server.tls else 'http'}://{host}:{port} "
         f"mode={args.standin_mode} load_delay={args.standin_load_delay}s "
         f"reasoning_parser={args.reasoning_parser or 'none'} api_key={'set' if args.api_key else 'none'} "
         f"tokens_per_s={args.standin_tokens_per_s:g} max_tokens_per_s={args.standin_max_tokens_per_s:g} "
@@ -726,9 +787,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.standin_mode == "never-ready":
         print("sglang stand-in: never-ready mode: /health_generate answers 503 forever", flush=True)
     else:
-        threading.Timer(
-            args.standin_load_delay, lambda: print("sglang stand-in: The server is fired up and ready to roll!", flush=True)
-        ).start()
+        def fired_up() -> None:
+            if not warmup(args, port):
+                os._exit(1)  # sglang kills its own process tree when its warmup fails
+            print("sglang stand-in: The server is fired up and ready to roll!", flush=True)
+
+        threading.Timer(args.standin_load_delay, fired_up).start()
     try:
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:

@@ -61,13 +61,13 @@ class StandinProcess:
             stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         deadline = time.monotonic() + 15
-        while not (match := re.search(r"on http://127\.0\.0\.1:(\d+)", log.read_text())):
+        while not (match := re.search(r"on (https?)://127\.0\.0\.1:(\d+)", log.read_text())):
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 self.stop()
                 raise AssertionError(f"stand-in did not start within 15 s: {log.read_text()}")
             time.sleep(0.05)
-        self.port = int(match.group(1))
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = int(match.group(2))
+        self.url = f"{match.group(1)}://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         self.proc.terminate()

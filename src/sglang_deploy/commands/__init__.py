@@ -80,6 +80,14 @@ def add_api_key_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
     parser.add_argument("--api-key", help=argparse.SUPPRESS)
 
 
+def add_cafile_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--cafile``: the CA an https endpoint's certificate is verified with (never switched off)."""
+    parser.add_argument(
+        "--cafile", default="", metavar="PEM",
+        help="CA that signed an https endpoint's certificate (sglang_server_tls_cafile; default: the system's CAs)",
+    )  # fmt: skip
+
+
 class ApiKeyError(ValueError):
     """A key the command does not take: the message says where it should come from."""
 

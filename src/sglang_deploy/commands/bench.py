@@ -38,6 +38,7 @@ from sglang_deploy.playbook import runner
 from sglang_deploy.commands import (
     ApiKeyError,
     add_api_key_args,
+    add_cafile_arg,
     add_inventory_args,
     api_key_from,
     missing_role_defaults,
@@ -76,6 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "default the server's tokenizer-path or model directory)",
     )
     add_api_key_args(where)
+    add_cafile_arg(where)
     where.add_argument("--lane", default=DEFAULT_LANE, help=f"whose pinned bench_serving runs (default {DEFAULT_LANE})")
     sweep = parser.add_argument_group("the sweep")
     sweep.add_argument(
@@ -174,16 +176,18 @@ def run(args: argparse.Namespace) -> int:
         if args.inventory or args.limit:
             return usage_error("bench", "--endpoint benchmarks one URL; it does not take -i/-l")
         return run_endpoint(args, out, baseline, notes)
-    if args.model or args.api_key_file:
-        return usage_error("bench", "--model/--api-key-file go with --endpoint URL (with -i they come from the inventory and the host)")
+    if args.model or args.api_key_file or args.cafile:
+        return usage_error(
+            "bench", "--model/--api-key-file/--cafile go with --endpoint URL (with -i they come from the inventory and the host)"
+        )
     return run_inventory(args, out, baseline, notes)
 
 
 # --- --endpoint -----------------------------------------------------------------------------------
-def _server_info(url: str, api_key: str) -> dict[str, Any]:
+def _server_info(url: str, api_key: str, cafile: str = "") -> dict[str, Any]:
     """The server's /server_info (sglang: every launch argument), {} when it does not answer one."""
     try:
-        response = endpoint.Endpoint(url, api_key=api_key).get("/server_info")
+        response = endpoint.Endpoint(url, api_key=api_key, cafile=cafile).get("/server_info")
         info = response.json() if response.status == 200 else {}
     except endpoint.EndpointError:
         return {}
@@ -195,6 +199,9 @@ def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench.Baseline |
         return usage_error("bench", "--endpoint needs --model NAME (the served name) and --tokenizer PATH (the model's tokenizer directory)")
     try:
         endpoint.check_url(args.endpoint)
+        cafile = str(Path(args.cafile).resolve()) if args.cafile else ""
+        if cafile:
+            endpoint.tls_context(cafile)  # an unreadable CA is named before anything runs
         api_key = args.resolved_api_key
         lane = load_lane(args.lane)
     except (ValueError, LaneError) as err:
@@ -205,10 +212,10 @@ def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench.Baseline |
     settings = host_bench.Settings(
         base_url=args.endpoint, model=args.model, tokenizer=str(tokenizer.resolve()), backend=args.backend,
         input_len=args.input_len, output_len=args.output_len, seed=args.seed,
-        warmup_requests=args.warmup_requests, timeout_s=args.step_timeout,
+        warmup_requests=args.warmup_requests, timeout_s=args.step_timeout, cafile=cafile,
     )  # fmt: skip
     try:
-        top = _server_info(args.endpoint, api_key).get("max_running_requests")
+        top = _server_info(args.endpoint, api_key, cafile).get("max_running_requests")
         steps = host_bench.plan(args.concurrency, top if isinstance(top, int) else None, args.prompts_per_concurrency)
         if baseline is not None:
             bench.check_overlap(baseline, [step.concurrency for step in steps])

@@ -4,8 +4,9 @@ against any URL. Exit status 0 only when every test passed.
   sglang-deploy verify -i INVENTORY [-l LIMIT] [--probes FILE]
       playbooks/verify.yml: per serving host, tests/infra/test_sglang_unit.py, test_gpu.py and, when
       the host's sglang_server_state is started, test_service.py and test_endpoint.py.
-  sglang-deploy verify --endpoint URL --model NAME [--api-key-file F] [--probes FILE]
-      tests/infra/test_endpoint.py alone: health, model list, a chat answer, the correctness gate.
+  sglang-deploy verify --endpoint URL --model NAME [--api-key-file F] [--cafile PEM] [--probes FILE]
+      tests/infra/test_endpoint.py alone: health, model list, a chat answer, the correctness gate; an
+      https URL is verified against --cafile (else the system's CAs).
       The key comes from $SGLANG_API_KEY or a 0600 --api-key-file (never from the command line, which
       every user of the machine can read); it is handed to pytest through the environment.
 """
@@ -19,7 +20,14 @@ import sys
 from pathlib import Path
 
 from sglang_deploy_host import endpoint, gate
-from sglang_deploy.commands import ApiKeyError, add_api_key_args, add_inventory_args, api_key_from, usage_error
+from sglang_deploy.commands import (
+    ApiKeyError,
+    add_api_key_args,
+    add_cafile_arg,
+    add_inventory_args,
+    api_key_from,
+    usage_error,
+)
 from sglang_deploy.playbook.runner import project_dir, run_playbook
 
 ENDPOINT_SUITE = "tests/infra/test_endpoint.py"
@@ -39,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--endpoint", metavar="URL", help="check this server only, e.g. http://10.0.0.5:8000")
     parser.add_argument("--model", help="served model name /v1/models must list (with --endpoint)")
     add_api_key_args(parser)
+    add_cafile_arg(parser)
     parser.add_argument("--probes", help="YAML probes file replacing the default correctness probes")
     parser.set_defaults(func=run)
 
@@ -62,15 +71,17 @@ def run(args: argparse.Namespace) -> int:
             return usage_error("verify", "--endpoint needs --model NAME (the served model name)")
         try:
             endpoint.check_url(args.endpoint)
+            if args.cafile:
+                endpoint.tls_context(args.cafile)  # an unreadable CA is named before pytest starts
         except ValueError as err:
-            return usage_error("verify", f"--endpoint {err}")
-        return run_endpoint_suite(args.endpoint, args.model, api_key, args.probes)
-    if args.model or args.api_key_file:
-        return usage_error("verify", "--model/--api-key-file go with --endpoint URL")
+            return usage_error("verify", f"--endpoint {err}" if not args.cafile or "CA file" not in str(err) else f"--cafile {err}")
+        return run_endpoint_suite(args.endpoint, args.model, api_key, args.probes, str(Path(args.cafile).resolve()) if args.cafile else "")
+    if args.model or args.api_key_file or args.cafile:
+        return usage_error("verify", "--model/--api-key-file/--cafile go with --endpoint URL (with -i, the CA is sglang_server_tls_cafile)")
     return run_inventory(args.inventory, args.limit, args.probes)
 
 
-def run_endpoint_suite(url: str, model: str, api_key: str, probes: str | None) -> int:
+def run_endpoint_suite(url: str, model: str, api_key: str, probes: str | None, cafile: str = "") -> int:
     root = project_dir()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "tests" / "infra"), env.get("PYTHONPATH")]))
@@ -79,6 +90,7 @@ def run_endpoint_suite(url: str, model: str, api_key: str, probes: str | None) -
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "endpoint_options", "-v",
         f"--sglang-endpoint={url}", f"--sglang-model={model}", f"--sglang-api-key-env={endpoint.API_KEY_ENV}",
         *([f"--sglang-probes={probes}"] if probes else []),
+        *([f"--sglang-cafile={cafile}"] if cafile else []),
         str(root / ENDPOINT_SUITE),
     ]  # fmt: skip
     try:

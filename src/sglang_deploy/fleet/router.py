@@ -77,6 +77,18 @@ def worker_urls(resolved: Mapping[str, Any]) -> list[str]:
     return urls
 
 
+def worker_cafiles(resolved: Mapping[str, Any]) -> list[str]:
+    """The CAs (control-node files, each once) that the workers serving TLS are verified with (host -> its
+    published ``sglang_server_resolved``; its ``tls.source.cafile``); [] when none serves TLS."""
+    found: list[str] = []
+    for server in resolved.values():
+        tls = server.get("tls") if isinstance(server, Mapping) else None
+        cafile = str(((tls or {}).get("source") or {}).get("cafile") or "")
+        if cafile and cafile not in found:
+            found.append(cafile)
+    return found
+
+
 def router_endpoints(resolved: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     """Router name -> ``{url, metrics}`` as the router host itself reaches them, from each router's
     published ``sglang_router_resolved`` (host -> resolution); a router never resolved is named."""
@@ -219,6 +231,9 @@ def _resolve(settings: Mapping[str, Any], unit_values: Mapping[str, Any], host: 
     if problem:
         raise RouterConfigError(problem)
     flags = router_flags(settings)
+    cafiles = _worker_cafiles(settings, flags)
+    if cafiles:
+        flags["ca-cert-paths"] = [entry["dest"] for entry in cafiles]
     groups = flag_groups(flags)
     unit = systemd.unit_settings(dict(unit_values), prefix="sglang_router_")
     env_flags = [("api-key", API_KEY_ENV)] if api_key else []
@@ -244,7 +259,27 @@ def _resolve(settings: Mapping[str, Any], unit_values: Mapping[str, Any], host: 
         "metrics_target": f"{endpoint.url_host(str(settings['metrics_address'] or host))}:{metrics_port}",
         "file_sd_path": file_sd_path,
         "api_key_env": API_KEY_ENV if api_key else None,
+        # The workers' CAs: each control-node file (source) and where the role installs it (dest, in tls_dir).
+        "worker_cafiles": cafiles,
+        "tls_dir": str(settings["tls_dir"]) if cafiles else "",
     }
+
+
+def _worker_cafiles(settings: Mapping[str, Any], flags: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The CAs the router verifies https workers with (``--ca-cert-paths``), each installed as its own file;
+    RouterConfigError for https workers without one (the router would trust only the public CAs)."""
+    sources = [str(path) for path in settings.get("worker_cafiles") or []]
+    https = [url for url in flags["worker-urls"] if str(url).startswith("https://")]
+    if https and not sources and "ca-cert-paths" not in flags:
+        raise RouterConfigError(
+            f"the workers {', '.join(https)} speak TLS and no CA to verify them is known. Fix: set "
+            "sglang_server_tls_cafile on them (the router takes each worker's CA), or give the router's own "
+            "ca-cert-paths in sglang_router_extra_flags"
+        )
+    if not sources:
+        return []
+    directory = systemd.absolute_path("sglang_router_tls_dir", settings["tls_dir"])
+    return [{"source": path, "dest": f"{directory}/worker-ca-{index}.crt"} for index, path in enumerate(sources, 1)]
 
 
 def env_file_lines(api_key: str) -> list[str]:
@@ -345,12 +380,16 @@ def file_sd(
     workers: Mapping[str, str], routers: Mapping[str, str], labels: Mapping[str, str] | None = None
 ) -> list[dict[str, Any]]:
     """Prometheus file_sd groups: each worker (name -> URL; sglang serves /metrics on its own port
-    with --enable-metrics) and each router's metrics endpoint (name -> ``address:port``)."""
+    with --enable-metrics) and each router's metrics endpoint (name -> ``address:port``). A worker that
+    serves TLS gets ``__scheme__: https`` (Prometheus' own label for a target's scheme): the scrape job's
+    tls_config then verifies it (monitoring/prometheus/scrape-sglang.yml)."""
     common = dict(labels or {})
     groups: list[dict[str, Any]] = []
     for name, url in workers.items():
-        target = url.split("://", 1)[-1].split("/", 1)[0]
-        groups.append({"targets": [target], "labels": {**common, "job": "sglang-worker", "instance_name": name}})
+        scheme, _, rest = url.partition("://")
+        target = rest.split("/", 1)[0]
+        tls = {"__scheme__": "https"} if scheme == "https" else {}
+        groups.append({"targets": [target], "labels": {**common, "job": "sglang-worker", "instance_name": name, **tls}})
     for name, target in routers.items():
         groups.append({"targets": [target], "labels": {**common, "job": "sglang-router", "instance_name": name}})
     return groups

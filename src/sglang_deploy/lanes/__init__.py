@@ -97,12 +97,16 @@ class Lane:
     """(flag, its values) for the flags the memory planner reads: what this lane's sglang takes (``plan``
     refuses others offline), recorded from its parser; tests/unit/launch/test_validator.py compares them with it."""
 
+    tls_flags: tuple[str, ...] = ()
+    """This lane's sglang flags that serve TLS (``ssl-certfile``, ...; none: it cannot), recorded from its parser;
+    tests/unit/launch/test_validator.py checks that the parser has each."""
+
     def choices_for(self, flag: str) -> tuple[str, ...] | None:
         """The values ``flag`` (``speculative-algorithm``) takes in this lane's sglang; None when not recorded."""
         return dict(self.choices).get(flag)
 
 
-_OPTIONAL_LANE_KEYS = frozenset({"lock", "kernel_exemptions", "fp4_gemm_auto_sm120", "choices"})
+_OPTIONAL_LANE_KEYS = frozenset({"lock", "kernel_exemptions", "fp4_gemm_auto_sm120", "choices", "tls_flags"})
 
 
 def _lane_dir() -> Traversable:
@@ -162,6 +166,7 @@ def _parse_lane(data: dict[str, Any], where: str) -> Lane:
             (str(flag), _strings(_mapping(data["choices"], f"{where}: choices"), flag, f"{where}: choices"))
             for flag in (data.get("choices") or {})
         ),
+        tls_flags=_strings(data, "tls_flags", where) if "tls_flags" in data else (),
     )
 
 

@@ -26,6 +26,7 @@ holds variable names only, so printing it (``-v``, ``render --json``) shows no s
 from __future__ import annotations
 
 import ipaddress
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -34,7 +35,7 @@ from sglang_deploy_host import endpoint, gpufacts, systemd
 from sglang_deploy_host import watchdog as host_watchdog
 from sglang_deploy.launch import checkpoints, fp4_gemm
 from sglang_deploy.memory import planner
-from sglang_deploy.serving import jitcache, preflight
+from sglang_deploy.serving import jitcache, preflight, tls
 from sglang_deploy.memory.plan_inputs import PLAN_VAR, PlanSources, plan_inputs
 from sglang_deploy.lanes import Lane, LaneError, load_lane
 from sglang_deploy.playbook import resolution
@@ -85,6 +86,8 @@ class ServerInputs:
     # The served checkpoint as the hub names it: known_checkpoints.yml judges it before the host is asked.
     checkpoint_repo: str = ""
     checkpoint_revision: str = ""
+    # TLS on the endpoint: the control node's certfile, keyfile, cafile ("" = plain HTTP) and the host's dir.
+    tls: Mapping[str, Any] | None = None
 
     @classmethod
     def from_vars(cls, values: Mapping[str, Any]) -> ServerInputs:
@@ -110,6 +113,9 @@ class Endpoint:
     worker_url: str
     served_model: str
     api_key_env: str | None
+    # The CA file on this host that its own clients (readiness and correctness gates, watchdog, bench) verify
+    # the server's certificate with; "" for plain HTTP.
+    cafile: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,7 @@ class ResolvedServer:
     jit_cache: dict[str, Any] = field(default_factory=dict)
     checkpoint: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    tls: dict[str, Any] = field(default_factory=dict)
     basis: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,8 +152,8 @@ class ResolvedServer:
         timer's units and checked values (:func:`watchdog_settings`); ``jit_cache``:
         :func:`jitcache.resolve` (``{}`` without a kept disk); ``checkpoint``: what is known of the served
         checkpoint's draft and experts and from where (``{}``: nothing, :func:`_checkpoint_summary`);
-        ``warnings``: what the operator should read before the unit starts (nothing refused); ``basis``: what it
-        was resolved from (:func:`basis`), so the role resolves again only when that changed."""
+        ``warnings``: what the operator should read before the unit starts (nothing refused); ``tls``: :func:`_tls`
+        (``{}`` for plain HTTP); ``basis``: what it was resolved from (:func:`basis`), so the role resolves again only when that changed."""
         return asdict(self)
 
 
@@ -233,6 +240,9 @@ def _resolve(
     additions: dict[str, Any] = {}
     if inputs.api_key:
         additions["api-key"] = {"env": API_KEY_ENV}
+    served_tls = _tls(inputs, flags)
+    if served_tls:
+        additions.update({flag: served_tls[kind] for kind, flag in TLS_FLAGS.items()})
     if plan is not None and str(plan["requested"]) == "auto":
         # Under the key the inventory spelled it with (mem_fraction_static too), replacing `auto`.
         additions[flag_key(flags, "mem-fraction-static")] = plan["mem_fraction_static"]
@@ -250,7 +260,11 @@ def _resolve(
         raise LaunchConfigError(problem)
     launch = config.to_dict()
     unit["requires_mounts_for"] = _requires_mounts_for(launch["flags"], jit_cache)
-    served = _endpoint(inputs, launch["flags"], host)
+    served = _endpoint(inputs, launch["flags"], host, served_tls)
+    if served_tls:
+        # The names its clients verify: the host's own checks (and sglang's warmup) reach it on the bound or
+        # loopback address, routers and Prometheus on the worker URL's host.
+        served_tls["names"] = list(dict.fromkeys(_url_host(url) for url in (served.local_url, served.worker_url)))
     return ResolvedServer(
         host=host,
         lane=inputs.lane,
@@ -268,7 +282,63 @@ def _resolve(
         jit_cache=jit_cache,
         checkpoint=_checkpoint_summary(verdict),
         warnings=warnings,
+        tls=served_tls,
     )
+
+
+# The lane's sglang flags that serve TLS, by the file they take (server_args.py: uvicorn's ssl_* settings). The CA
+# goes to sglang too: its own warmup request then verifies the certificate (without it, it switches that off).
+TLS_FLAGS = {"certfile": "ssl-certfile", "keyfile": "ssl-keyfile", "cafile": "ssl-ca-certs"}
+# The files' names in sglang_server_tls_dir on the host.
+TLS_FILE_NAMES = {"certfile": "server.crt", "keyfile": "server.key", "cafile": "ca.crt"}
+
+
+def _tls(inputs: ServerInputs, flags: Mapping[str, Any]) -> dict[str, Any]:
+    """TLS from the inventory's files: the host's paths (``certfile``, ``keyfile``, ``cafile``, ``dir``) and the
+    control node's (``source``); ``{}`` when no file is set. Their content is judged by the validate play
+    (tls.judge, which needs the files themselves), before any host changes."""
+    values = dict(inputs.tls or {})
+    source = {kind: str(values.get(kind) or "") for kind in tls.VARIABLES}
+    set_flags = {flag_name(key) for key, value in flags.items() if value is not None and value is not False}
+    given = [flag for flag in (*TLS_FLAGS.values(), "ssl-keyfile-password", "enable-ssl-refresh") if flag in set_flags]
+    if given:
+        raise LaunchConfigError(
+            f"{_origin(inputs, given[0])} sets --{given[0]}: the role serves TLS itself. Fix: remove it and set "
+            f"{', '.join(tls.VARIABLES.values())} (docs/security.md, TLS): the files are checked, copied with "
+            "the key 0640 root:<service group>, and every client then verifies the certificate"
+        )
+    if not any(source.values()):
+        return {}
+    missing = [tls.VARIABLES[kind] for kind, path in source.items() if not path]
+    relative = [f"{tls.VARIABLES[kind]}={path}" for kind, path in source.items() if path and not path.startswith("/")]
+    if relative:
+        raise LaunchConfigError(
+            f"{', '.join(relative)}: give the control node's file as an absolute path, e.g. "
+            "\"{{ inventory_dir }}/tls/server.crt\" (a relative one would be looked up in a role's files/)"
+        )
+    if missing:
+        raise LaunchConfigError(
+            f"TLS needs all three files, and {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set. "
+            f"Fix: set {', '.join(missing)} (the CA is what every client verifies the certificate with), or unset "
+            "the others for plain HTTP"
+        )
+    lane = _lane(inputs.lane)
+    lacking = [flag for flag in TLS_FLAGS.values() if flag not in lane.tls_flags]
+    if lacking:
+        raise LaunchConfigError(
+            f"sglang_common_lane={lane.name}: its sglang {lane.sglang} has no --{', --'.join(lacking)}, so it cannot "
+            f"serve TLS. Fix: use a lane whose sglang has them, or unset {', '.join(tls.VARIABLES.values())}"
+        )
+    directory = systemd.absolute_path("sglang_server_tls_dir", values.get("dir"))
+    return {
+        "dir": directory,
+        **{kind: f"{directory}/{name}" for kind, name in TLS_FILE_NAMES.items()},
+        "source": source,
+    }
+
+
+def _url_host(url: str) -> str:
+    return tls.client_name(str(urllib.parse.urlsplit(url).hostname))
 
 
 def _judge_checkpoint(
@@ -444,19 +514,27 @@ def plan_for_flags(
     return out
 
 
-def _endpoint(inputs: ServerInputs, flags: Mapping[str, Any], host: str) -> Endpoint:
-    """From the canonical flags (names as launch.py normalizes them)."""
+def _endpoint(inputs: ServerInputs, flags: Mapping[str, Any], host: str, served_tls: Mapping[str, Any]) -> Endpoint:
+    """From the canonical flags (names as launch.py normalizes them); https:// URLs when TLS is served."""
     bind = str(flags.get("host", endpoint.DEFAULT_BIND_HOST))
     try:
         port = endpoint.port_number(flags.get("port", endpoint.DEFAULT_PORT), "sglang_server_flags['port']")
     except ValueError as err:
         raise LaunchConfigError(str(err)) from None
-    worker = endpoint.http_url(str(inputs.advertise_address or host), port)
+    scheme = "https" if served_tls else "http"
+    worker = endpoint.http_url(str(inputs.advertise_address or host), port, scheme)
     if inputs.advertise_url:
         try:
             worker = endpoint.check_url(str(inputs.advertise_url).rstrip("/"))
         except ValueError as err:
             raise LaunchConfigError(f"sglang_server_advertise_url: {err}") from None
+        # (An https:// URL in front of a plain server is a proxy's that terminates TLS: its business.)
+        if served_tls and urllib.parse.urlsplit(worker).scheme != "https":
+            raise LaunchConfigError(
+                f"sglang_server_advertise_url={worker} is http://, but the server speaks TLS "
+                "(sglang_server_tls_certfile is set): routers and Prometheus would send plain HTTP to it. "
+                "Fix: give its https:// URL"
+            )
     try:
         served = endpoint.served_model_name(flags)
     except ValueError:
@@ -464,10 +542,11 @@ def _endpoint(inputs: ServerInputs, flags: Mapping[str, Any], host: str) -> Endp
     return Endpoint(
         bind_host=bind,
         port=port,
-        local_url=f"http://{endpoint.client_host(bind)}:{port}",
+        local_url=f"{scheme}://{endpoint.client_host(bind)}:{port}",
         worker_url=worker,
         served_model=served,
         api_key_env=API_KEY_ENV if inputs.api_key else None,
+        cafile=str(served_tls.get("cafile", "")),
     )
 
 
@@ -532,6 +611,7 @@ def watchdog_settings(
         ["--service-user", str(unit["user"])],
         ["--env-file", str(unit["env_file"])],
         *([["--api-key-env", served.api_key_env]] if served.api_key_env else []),
+        *([["--cafile", served.cafile]] if served.cafile else []),
         ["--expected-gpus", str(expected)],
         *([["--visible-devices", str(visible)]] if visible is not None else []),
         ["--state-file", state_file],

@@ -362,3 +362,41 @@ def test_workers_with_another_key_than_the_routers_are_named_never_their_keys(tm
     assert "host router-01: the router sends its key (sglang_router_api_key) to its workers, and" in output
     assert "glm5-01, glm5-02, glm5-03 have another sglang_server_api_key" in output
     assert "worker-key-0123456789abcdef" not in output and "router-key-0123456789abcdef" not in output
+
+
+TLS = {"certfile": "/inv/tls/w.crt", "keyfile": "/inv/tls/w.key", "cafile": "/inv/tls/ca.crt", "dir": "/etc/ssl/sglang"}
+
+
+def test_https_workers_are_verified_with_each_workers_ca(router_venv: Path) -> None:
+    """Workers serving TLS publish https URLs and their CA (control-node file); the router installs each CA once
+    and hands smg its path (--ca-cert-paths), which smg's own parser takes."""
+    workers = {
+        "w1": _server("w1", advertise_address="10.0.0.1", tls=TLS),
+        "w2": _server("w2", advertise_address="10.0.0.2", tls=TLS),
+        "w3": _server("w3", advertise_address="10.0.0.3", tls={**TLS, "cafile": "/inv/tls/other-ca.crt"}),
+    }
+    assert router.worker_urls(workers) == ["https://10.0.0.1:8000", "https://10.0.0.2:8000", "https://10.0.0.3:8000"]
+    cafiles = router.worker_cafiles(workers)
+    assert cafiles == ["/inv/tls/ca.crt", "/inv/tls/other-ca.crt"]
+    resolved = _resolve(worker_urls=router.worker_urls(workers), worker_cafiles=cafiles)
+    assert resolved["worker_cafiles"] == [
+        {"source": "/inv/tls/ca.crt", "dest": "/etc/ssl/sglang-router/worker-ca-1.crt"},
+        {"source": "/inv/tls/other-ca.crt", "dest": "/etc/ssl/sglang-router/worker-ca-2.crt"},
+    ]
+    assert resolved["tls_dir"] == "/etc/ssl/sglang-router"
+    probe = "import sys\nfrom smg.launch_router import parse_router_args\nprint(parse_router_args(sys.argv[1:]).ca_cert_paths)\n"
+    done = subprocess.run([str(router_venv / "bin" / "python"), "-c", probe, *router.flag_argv(resolved["flags"])],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == str([e["dest"] for e in resolved["worker_cafiles"]])
+    # Plain workers: no CA, no flag, nothing to install.
+    plain = _resolve()
+    assert plain["worker_cafiles"] == [] and "ca-cert-paths" not in plain["flags"] and plain["tls_dir"] == ""
+
+
+def test_https_workers_without_a_known_ca_are_refused_naming_the_fix() -> None:
+    with pytest.raises(router.RouterConfigError, match=r"host r1: the workers https://10.0.0.1:8000 speak TLS and no CA"):
+        _resolve(worker_urls=["https://10.0.0.1:8000", "http://10.0.0.2:8000"])
+    # A router given its own CAs (extra flags) is the operator's choice.
+    flags = _resolve(worker_urls=["https://10.0.0.1:8000"], extra_flags={"ca-cert-paths": ["/etc/ssl/corp.pem"]})["flags"]
+    assert flags["ca-cert-paths"] == ["/etc/ssl/corp.pem"]

@@ -561,7 +561,7 @@ def test_verify_endpoint_passes_a_2048_token_server(serve: Callable[..., Server]
     fake = serve(ContextServer, context=2048, template=20, report=context is not None)
     proc = _verify(fake.url)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "7 passed" in proc.stdout, proc.stdout
+    assert "8 passed" in proc.stdout, proc.stdout
     assert all(seen["input"] + seen["max_tokens"] <= 2048 for seen in fake.seen if seen["status"] == 200)
 
 
@@ -569,7 +569,7 @@ def test_verify_endpoint_fails_a_metrics_route_without_sglangs_metrics(serve: Ca
     # Something answers /metrics, but not sglang's Prometheus text (a proxy page, another exporter).
     fake = serve(ContextServer, context=2048, template=20, metrics="<html>hello</html>\n")
     proc = _verify(fake.url)
-    assert proc.returncode == 1 and "1 failed, 6 passed" in proc.stdout, proc.stdout
+    assert proc.returncode == 1 and "1 failed, 7 passed" in proc.stdout, proc.stdout
     assert "test_metrics_are_served_as_configured" in proc.stdout and "sglang:num_running_reqs" in proc.stdout
 
 
@@ -653,7 +653,7 @@ def _verify(url: str, *extra: str, key: str | None = None) -> subprocess.Complet
 def test_verify_endpoint_passes_a_good_server_and_fails_a_wrong_key(standin: Standin) -> None:
     good = _verify(standin.url, key=KEY)
     assert good.returncode == 0, good.stdout + good.stderr
-    assert "7 passed" in good.stdout, good.stdout
+    assert "8 passed" in good.stdout, good.stdout
     bad = _verify(standin.url, key="wrong")
     assert bad.returncode == 1 and "401" in bad.stdout
 
@@ -662,11 +662,37 @@ def test_verify_endpoint_passes_a_good_server_and_fails_a_wrong_key(standin: Sta
 def test_verify_endpoint_fails_garbled_output_only_on_the_gate(standin: Standin, tmp_path: Path) -> None:
     proc = _verify(standin.url, key=KEY)
     assert proc.returncode == 1
-    assert "FAILED" in proc.stdout and "test_correctness_gate" in proc.stdout and "1 failed, 6 passed" in proc.stdout, proc.stdout
+    assert "FAILED" in proc.stdout and "test_correctness_gate" in proc.stdout and "1 failed, 7 passed" in proc.stdout, proc.stdout
     # --probes replaces the set: a probe the garbage matches passes.
     probes = tmp_path / "bangs.yml"
     probes.write_text("- {name: bangs, prompt: anything, expect: '^!+$', max_tokens: 64}\n")
     assert _verify(standin.url, "--probes", str(probes), key=KEY).returncode == 0
+
+
+def test_verify_endpoint_speaks_tls_with_the_ca_given_and_never_without_it(tmp_path: Path) -> None:
+    """The stand-in serving TLS as uvicorn does (its warmup verifying its own certificate against
+    --ssl-ca-certs, as sglang's): `verify --endpoint https://... --cafile CA` passes every test (plain HTTP
+    to its port refused among them); without the CA the server is not trusted and nothing passes."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tls_certs import TestCA, write
+
+    ca = TestCA()
+    paths = write(tmp_path / "tls", ca, ca.issue(["127.0.0.1"]))
+    server = Standin(
+        tmp_path / "standin.log", *OK_ARGS, "--ssl-certfile", str(paths["certfile"]), "--ssl-keyfile",
+        str(paths["keyfile"]), "--ssl-ca-certs", str(paths["cafile"]),
+    )  # fmt: skip
+    try:
+        assert server.url.startswith("https://127.0.0.1:")
+        good = _verify(server.url, "--cafile", str(paths["cafile"]), key=KEY)
+        assert good.returncode == 0 and "8 passed" in good.stdout and "test_tls_is_served_as_configured[local] PASSED" in good.stdout, good.stdout
+        untrusted = _verify(server.url, key=KEY)
+        assert untrusted.returncode == 1 and "the server's certificate is not trusted" in untrusted.stdout, untrusted.stdout
+        assert _verify(server.url, "--cafile", str(tmp_path / "none.crt"), key=KEY).returncode == 2
+        # The stand-in's own warmup verified its certificate under the name it binds (sglang's ServerArgs.url()).
+        assert "fired up" in (tmp_path / "standin.log").read_text()
+    finally:
+        server.stop()
 
 
 def test_verify_refuses_a_bad_probes_file_before_contacting_anything(tmp_path: Path) -> None:
@@ -692,8 +718,8 @@ def test_verify_endpoint_fails_fast_when_the_server_never_answers(serve: Callabl
     proc = _verify(silent.url, key=KEY)
     elapsed = time.monotonic() - start
     assert proc.returncode == 1
-    assert "7 errors" in proc.stdout and proc.stdout.count("did not answer GET /health") >= 7, proc.stdout
-    # One /health deadline, not a deadline per test (7 x GENERATE_DEADLINE_S).
+    assert "8 errors" in proc.stdout and proc.stdout.count("did not answer GET /health") >= 8, proc.stdout
+    # One /health deadline, not a deadline per test (8 x GENERATE_DEADLINE_S).
     assert elapsed < ep.GENERATE_DEADLINE_S, f"took {elapsed:.0f} s"
 
 

@@ -683,8 +683,8 @@ def test_main_exits_0_when_accepted_and_1_when_rejected(capsys: pytest.CaptureFi
 @pytest.mark.slow
 @pytest.mark.parametrize("lane_name", ["cu128", "cu130"])
 def test_the_lanes_recorded_choices_are_its_parsers(lane_name: str) -> None:
-    """`plan` refuses a value offline from the lane's recorded choices: they must be what the lane's sglang
-    takes. Where its parser has no choices (0.5.23's --speculative-algorithm), the recorded names are its
+    """`plan` refuses a value offline from the lane's recorded choices, and TLS on a lane without its recorded
+    TLS flags: they must be what the lane's sglang takes. Where its parser has no choices (0.5.23's --speculative-algorithm), the recorded names are its
     SpeculativeAlgorithm enum's (NONE left out) and the NEXTN alias."""
     import subprocess
 
@@ -699,6 +699,9 @@ def test_the_lanes_recorded_choices_are_its_parsers(lane_name: str) -> None:
     )
     parser = {s.lstrip("-"): o.choices for o in answer.options for s in o.option_strings}
     assert lane.choices, "no choices recorded"
+    # TLS (serving/server.py refuses it on a lane without these): the parser must have every one.
+    assert set(lane.tls_flags) == {"ssl-certfile", "ssl-keyfile", "ssl-ca-certs"}
+    assert set(lane.tls_flags) <= set(parser), f"{lane_name}: sglang {lane.sglang} lacks {set(lane.tls_flags) - set(parser)}"
     for flag, recorded in lane.choices:
         assert flag in parser, f"{lane_name}: sglang {lane.sglang} has no --{flag}"
         if parser[flag] is not None:

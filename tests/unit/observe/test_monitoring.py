@@ -391,9 +391,10 @@ def test_scrape_config_turns_file_sd_targets_into_the_jobs_the_rules_use(tmp_pat
     """The targets file as playbooks/router.yml writes it (sglang_deploy.fleet.router.file_sd, through the
     sglang_router_file_sd filter), read by Prometheus' own service discovery and relabelling
     (promtool check service-discovery): workers and routers in job "sglang", node_exporter on each
-    worker's address in job "sglang-node"."""
+    worker's address in job "sglang-node"; a worker serving TLS scraped over https (verified with the job's
+    tls_config), its node_exporter over plain HTTP."""
     groups = router.file_sd(
-        {"glm5-01": "http://10.0.0.11:30000", "glm5-02": "http://[fd00::12]:30000/"},
+        {"glm5-01": "http://10.0.0.11:30000", "glm5-02": "https://[fd00::12]:30000/"},
         {"router-01": "10.0.0.9:29000"},
     )
     targets = tmp_path / "sglang-targets.json"
@@ -402,22 +403,25 @@ def test_scrape_config_turns_file_sd_targets_into_the_jobs_the_rules_use(tmp_pat
     config.write_text(SCRAPE.read_text(encoding="utf-8").replace(TARGETS_PATH, str(targets)), encoding="utf-8")
     shutil.copy(RULES, tmp_path / RULES.name)
 
-    def discovered(job: str) -> list[tuple[str, str, str, str]]:
+    def discovered(job: str) -> list[tuple[str, str, str, str, str]]:
         # File discovery answers at once; promtool waits out --timeout whatever happens (default 30 s).
         result = _promtool("check", "service-discovery", "--timeout=5s", str(config), job)
         assert result.returncode == 0, result.stdout + result.stderr
         found = [t["labels"] for t in json.loads(result.stdout) if t["labels"]]
-        return sorted((t["job"], t["instance"], t["instance_name"], t["__metrics_path__"]) for t in found)
+        return sorted((t["job"], t["instance"], t["instance_name"], t["__metrics_path__"], t["__scheme__"]) for t in found)
 
     assert discovered("sglang") == [
-        ("sglang-router", "10.0.0.9:29000", "router-01", "/metrics"),
-        ("sglang-worker", "10.0.0.11:30000", "glm5-01", "/metrics"),
-        ("sglang-worker", "[fd00::12]:30000", "glm5-02", "/metrics"),
+        ("sglang-router", "10.0.0.9:29000", "router-01", "/metrics", "http"),
+        ("sglang-worker", "10.0.0.11:30000", "glm5-01", "/metrics", "http"),
+        ("sglang-worker", "[fd00::12]:30000", "glm5-02", "/metrics", "https"),
     ]
     assert discovered("sglang-node") == [
-        ("sglang-node", "10.0.0.11:9100", "glm5-01", "/metrics"),
-        ("sglang-node", "[fd00::12]:9100", "glm5-02", "/metrics"),
+        ("sglang-node", "10.0.0.11:9100", "glm5-01", "/metrics", "http"),
+        ("sglang-node", "[fd00::12]:9100", "glm5-02", "/metrics", "http"),
     ]
+    # The https worker is verified (the CA Prometheus reads for it), never taken on trust.
+    job = next(j for j in yaml.safe_load(SCRAPE.read_text(encoding="utf-8"))["scrape_configs"] if j["job_name"] == "sglang")
+    assert job["tls_config"] == {"ca_file": "/etc/prometheus/sglang-ca.crt", "insecure_skip_verify": False}
 
 
 def test_dashboard_is_import_ready_and_templated_on_job_and_instance():

@@ -47,11 +47,11 @@ def test_the_lane_is_set_once_as_sglang_common_lane():
     assert any(re.search(r"^sglang_common_lane: cu128$", t, re.M) for t in texts)
 
 
-def _validate(inventory: Path) -> subprocess.CompletedProcess[str]:
+def _validate(inventory: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(Path(sys.executable).with_name("sglang-deploy")), "validate", "-i", str(inventory)],
         cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
-        env={**os.environ, "SGLANG_API_KEY": "a-key-for-the-test-0123456789"},
+        env={**os.environ, "SGLANG_API_KEY": "a-key-for-the-test-0123456789", **(env or {})},
     )  # fmt: skip
 
 
@@ -94,3 +94,41 @@ def test_the_tuned_profiles_validate_with_the_lanes_parser(tmp_path: Path):
     done = _validate(inventory)
     out = done.stdout + done.stderr
     assert done.returncode != 0 and "host glm5-01" in out and "'tunned' is not one of sglang_server_profiles" in out, out
+
+
+def test_tls_files_are_judged_before_any_host_and_a_vaulted_key_is_read(tmp_path: Path) -> None:
+    """inventory/multi_host with TLS (sglang_server_tls_*): `validate` (the validate play's sglang_validate_tls,
+    Ansible itself) passes a good certificate whose key is in ansible-vault, and refuses an expired one
+    naming the host, the variable and the file, with no host contacted (the addresses are RFC 5737's)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import datetime
+
+    from tls_certs import NOW, TestCA, write
+
+    inventory = tmp_path / "inventory"
+    shutil.copytree(ROOT / "inventory" / "multi_host", inventory)
+    ca = TestCA()
+    names = ["127.0.0.1", "192.0.2.11", "192.0.2.12", "192.0.2.13"]
+    good = write(tmp_path / "tls", ca, ca.issue(names))
+    password = tmp_path / "vault-password"
+    password.write_text("a-test-vault-password\n")
+    password.chmod(0o600)
+    subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-vault")), "encrypt", "--vault-password-file", str(password), str(good["keyfile"])],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert good["keyfile"].read_bytes().startswith(b"$ANSIBLE_VAULT;")
+    good["keyfile"].chmod(0o644)  # a vault file's mode guards ciphertext only
+    tls_vars = inventory / "group_vars" / "sglang_servers" / "tls.yml"
+    tls_vars.write_text("".join(f"sglang_server_tls_{kind}: {path}\n" for kind, path in good.items()))
+    env = {"ANSIBLE_VAULT_PASSWORD_FILE": str(password)}
+    done = _validate(inventory, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    expired = write(tmp_path / "expired", ca, ca.issue(names, not_before=NOW - datetime.timedelta(days=90),
+                                                      not_after=NOW - datetime.timedelta(days=1)))  # fmt: skip
+    tls_vars.write_text("".join(f"sglang_server_tls_{kind}: {path}\n" for kind, path in expired.items()))
+    done = _validate(inventory, env)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    for host in ("glm5-01", "glm5-02", "glm5-03"):
+        assert f"host {host}: sglang_server_tls_certfile={expired['certfile']}: the certificate expired on" in out, out

@@ -47,7 +47,7 @@ def test_the_proxmox_profile_resolves_to_seed_004_with_the_key_from_the_env_file
     assert result["unit"]["env_file"] == "/etc/sglang/sglang.env"
     assert result["endpoint"] == {
         "bind_host": "0.0.0.0", "port": 8000, "local_url": "http://127.0.0.1:8000",
-        "worker_url": "http://10.0.0.21:8000", "served_model": "glm-5", "api_key_env": server.API_KEY_ENV,
+        "worker_url": "http://10.0.0.21:8000", "served_model": "glm-5", "api_key_env": server.API_KEY_ENV, "cafile": "",
     }  # fmt: skip
     plan = result["memory_plan"]
     assert plan["safe"] is True and plan["requested"] == 0.92 and plan["mem_fraction_static"] == 0.92

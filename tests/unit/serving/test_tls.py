@@ -1,0 +1,167 @@
+"""serving/tls.py: the inventory's certificate, key and CA judged before any host changes, with real
+certificates (tests/tls_certs.py). Each refusal names the variable and the file; all of them at once."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_deploy.serving import tls
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tls_certs import NOW, TestCA  # noqa: E402
+
+NAMES = ["127.0.0.1", "gpu-01.lab"]
+
+
+def _file(path: str, content: bytes, mode: int = 0o600, vaulted: bool = False) -> tls.TlsFile:
+    return tls.TlsFile(path, content, mode, vaulted)
+
+
+def _judge(ca: TestCA, issued, *, names=NAMES, key_mode: int = 0o600, anchor: bytes | None = None, now=NOW):  # type: ignore[no-untyped-def]
+    return tls.judge(
+        _file("/inv/server.crt", issued.cert), _file("/inv/server.key", issued.key, key_mode),
+        _file("/inv/ca.crt", anchor if anchor is not None else ca.pem), names=names, now=now,
+    )  # fmt: skip
+
+
+def test_a_good_certificate_is_summarized_without_any_secret() -> None:
+    ca = TestCA()
+    summary = _judge(ca, ca.issue(["gpu-01.lab", "127.0.0.1"]))
+    assert summary["subject"] == "CN=gpu-01.lab" and summary["names"] == ["gpu-01.lab", "127.0.0.1"]
+    assert len(str(summary["sha256"])) == 64 and summary["warnings"] == []
+    assert "PRIVATE" not in repr(summary)
+
+
+def test_a_wildcard_names_one_label_and_an_ipv6_url_host_is_compared_without_brackets() -> None:
+    ca = TestCA()
+    assert _judge(ca, ca.issue(["*.lab", "::1"]), names=["gpu-01.lab", "[::1]"])["names"] == ["*.lab", "::1"]
+    with pytest.raises(tls.TlsError, match=r"does not name a\.gpu-01\.lab"):
+        _judge(ca, ca.issue(["*.lab"]), names=["a.gpu-01.lab"])
+
+
+def test_a_missing_name_is_refused_naming_it_the_names_it_has_and_the_fix() -> None:
+    ca = TestCA()
+    with pytest.raises(tls.TlsError) as err:
+        _judge(ca, ca.issue(["gpu-01.lab"]))
+    message = str(err.value)
+    assert message.startswith("sglang_server_tls_certfile=/inv/server.crt: the certificate does not name 127.0.0.1")
+    assert "(its names: gpu-01.lab)" in message and "subjectAltName" in message
+
+
+@pytest.mark.parametrize(
+    "not_before, not_after, expected",
+    [
+        (NOW - datetime.timedelta(days=30), NOW - datetime.timedelta(days=1), "the certificate expired on"),
+        (NOW + datetime.timedelta(days=2), NOW + datetime.timedelta(days=30), "the certificate is not valid before"),
+    ],
+)
+def test_an_expired_or_future_certificate_is_refused(not_before, not_after, expected: str) -> None:  # type: ignore[no-untyped-def]
+    ca = TestCA()
+    with pytest.raises(tls.TlsError, match=f"sglang_server_tls_certfile=/inv/server.crt: {expected}"):
+        _judge(ca, ca.issue(NAMES, not_before=not_before, not_after=not_after))
+
+
+def test_a_certificate_about_to_expire_is_served_with_a_warning() -> None:
+    ca = TestCA()
+    summary = _judge(ca, ca.issue(NAMES, not_after=NOW + datetime.timedelta(days=5)))
+    assert len(summary["warnings"]) == 1 and "renew it" in summary["warnings"][0]  # type: ignore[index]
+
+
+def test_a_key_that_is_not_the_certificates_is_refused() -> None:
+    ca = TestCA()
+    good, other = ca.issue(NAMES), ca.issue(NAMES)
+    with pytest.raises(tls.TlsError, match=r"sglang_server_tls_keyfile=/inv/server.key: this key is not the certificate's"):
+        _judge(ca, type(good)(good.cert, other.key))
+
+
+def test_an_encrypted_key_is_refused_with_how_to_keep_it_in_vault_instead() -> None:
+    ca = TestCA()
+    with pytest.raises(tls.TlsError, match="the private key is encrypted.*ansible-vault"):
+        _judge(ca, ca.issue(NAMES, password=b"secret"))
+
+
+@pytest.mark.parametrize("mode, refused", [(0o600, False), (0o640, False), (0o644, True), (0o604, True)])
+def test_a_plain_key_others_can_read_is_refused_a_vault_file_is_not_judged_by_mode(mode: int, refused: bool) -> None:
+    ca = TestCA()
+    issued = ca.issue(NAMES)
+    if refused:
+        with pytest.raises(tls.TlsError, match=rf"readable by every user of the control node \(mode 0{mode:o}\)"):
+            _judge(ca, issued, key_mode=mode)
+    else:
+        _judge(ca, issued, key_mode=mode)
+    tls.judge(_file("/c", issued.cert), _file("/k", issued.key, 0o644, vaulted=True), _file("/a", ca.pem), names=NAMES, now=NOW)
+
+
+def test_a_ca_that_did_not_issue_the_certificate_is_refused() -> None:
+    ca, other = TestCA(), TestCA("another CA")
+    with pytest.raises(tls.TlsError, match=r"sglang_server_tls_cafile=/inv/ca.crt does not vouch for sglang_server_tls_certfile"):
+        _judge(ca, ca.issue(NAMES), anchor=other.pem)
+
+
+def test_a_self_signed_server_certificate_is_refused_as_its_own_ca() -> None:
+    """openssl req -x509 makes a CA:TRUE certificate: the web PKI rules (smg's rustls) refuse it as a server's."""
+    ca = TestCA("127.0.0.1")
+    from cryptography import x509  # the CA's own certificate, as a server's
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    cert = (
+        x509.CertificateBuilder().subject_name(ca.name).issuer_name(ca.name).public_key(ca.key.public_key())
+        .serial_number(1).not_valid_before(ca.cert.not_valid_before_utc).not_valid_after(ca.cert.not_valid_after_utc)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("gpu-01.lab")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca.key, hashes.SHA256())
+    )  # fmt: skip
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    key = ca.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    with pytest.raises(tls.TlsError, match="a self-signed server certificate is not a CA"):
+        tls.judge(_file("/c", pem), _file("/k", key), _file("/a", pem), names=["gpu-01.lab"], now=NOW)
+
+
+def test_every_problem_is_reported_at_once_and_garbage_is_named() -> None:
+    with pytest.raises(tls.TlsError) as err:
+        tls.judge(_file("/c", b"junk"), _file("/k", b"junk", 0o644), _file("/a", b""), names=NAMES, now=NOW)
+    message = str(err.value)
+    for part in ("sglang_server_tls_certfile=/c: no PEM certificate", "sglang_server_tls_cafile=/a: no PEM certificate",
+                 "sglang_server_tls_keyfile=/k: the private key is readable", "sglang_server_tls_keyfile=/k: no PEM private key"):
+        assert part in message, message
+
+
+def test_judge_resolved_reads_each_file_and_refuses_a_ca_in_vault(tmp_path: Path) -> None:
+    ca = TestCA()
+    issued = ca.issue(NAMES)
+    (tmp_path / "c").write_bytes(issued.cert)
+    (tmp_path / "k").write_bytes(issued.key)
+    (tmp_path / "k").chmod(0o600)
+    (tmp_path / "a").write_bytes(ca.pem)
+    resolved = {"source": {kind: str(tmp_path / name) for kind, name in (("certfile", "c"), ("keyfile", "k"), ("cafile", "a"))},
+                "names": NAMES}  # fmt: skip
+    assert sorted(tls.judge_resolved(resolved, tls.read_file, NOW)["names"]) == sorted(NAMES)  # type: ignore[arg-type]
+
+    def vaulted(path: str) -> tls.TlsFile:
+        file = tls.read_file(path)
+        return tls.TlsFile(file.path, file.content, file.mode, vaulted=path.endswith("/a"))
+
+    with pytest.raises(tls.TlsError, match="sglang_server_tls_cafile=.*/a: a CA certificate is public"):
+        tls.judge_resolved(resolved, vaulted, NOW)
+    (tmp_path / "k").unlink()
+    with pytest.raises(tls.TlsError, match=r"sglang_server_tls_keyfile=.*/k: cannot read it \(No such file or directory\)"):
+        tls.judge_resolved(resolved, tls.read_file, NOW)
+
+
+def test_read_file_is_bounded_and_reads_regular_files_only(tmp_path: Path) -> None:
+    big = tmp_path / "big.pem"
+    big.write_bytes(b"x" * (tls.MAX_FILE_BYTES + 1))
+    with pytest.raises(ValueError, match="is larger than"):
+        tls.read_file(str(big))
+    with pytest.raises(ValueError, match="is not a regular file"):
+        tls.read_file(str(tmp_path))
+    vault = tmp_path / "key.vault"
+    vault.write_bytes(b"$ANSIBLE_VAULT;1.1;AES256\n6162\n")
+    plain = tmp_path / "key.plain"
+    plain.write_bytes(b"PLAIN")
+    read = tls.read_file(str(vault), str(plain))
+    assert read.vaulted and read.content == b"PLAIN" and read.path == str(vault)
