@@ -512,8 +512,8 @@ class Endpoint:
                 raise EndpointError(
                     f"{what}: the server's certificate is not trusted ({err.verify_message}): "
                     f"{'CA file ' + self.cafile if self.cafile else 'the system CA store'} does not vouch for it "
-                    "under this host name. Fix: give the CA that signed it (sglang_server_tls_cafile), or a URL "
-                    "whose host the certificate names"
+                    "under this host name. Fix: give the CA that signed it (--cafile; in an inventory "
+                    "sglang_server_tls_cafile), or a URL whose host the certificate names"
                 ) from None
             except (OSError, http.client.HTTPException) as err:
                 if deadline.passed:

@@ -262,9 +262,11 @@ def _resolve(
     unit["requires_mounts_for"] = _requires_mounts_for(launch["flags"], jit_cache)
     served = _endpoint(inputs, launch["flags"], host, served_tls)
     if served_tls:
-        # The names its clients verify: the host's own checks (and sglang's warmup) reach it on the bound or
-        # loopback address, routers and Prometheus on the worker URL's host.
-        served_tls["names"] = list(dict.fromkeys(_url_host(url) for url in (served.local_url, served.worker_url)))
+        # The names its clients verify: the host's own checks reach it on the bound or loopback address, sglang's
+        # warmup on ServerArgs.url()'s (::1 for "::"), routers and Prometheus on the worker URL's host.
+        hosts = (_url_host(served.local_url), tls.client_name(_SGLANG_WARMUP_HOSTS.get(served.bind_host, served.bind_host)),
+                 _url_host(served.worker_url))  # fmt: skip
+        served_tls["names"] = list(dict.fromkeys(hosts))
     return ResolvedServer(
         host=host,
         lane=inputs.lane,
@@ -335,6 +337,10 @@ def _tls(inputs: ServerInputs, flags: Mapping[str, Any]) -> dict[str, Any]:
         **{kind: f"{directory}/{name}" for kind, name in TLS_FILE_NAMES.items()},
         "source": source,
     }
+
+
+# Where sglang's own warmup request goes for a wildcard bind (ServerArgs.url(), both lanes); else the bind address.
+_SGLANG_WARMUP_HOSTS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
 
 
 def _url_host(url: str) -> str:

@@ -45,6 +45,8 @@ def test_without_files_nothing_changes() -> None:
 def test_the_names_are_the_bind_address_and_the_advertised_host() -> None:
     result = _resolve(flags_override={"host": "10.0.0.21"}, advertise_url="https://gpu-01.lab:8000")
     assert result["tls"]["names"] == ["10.0.0.21", "gpu-01.lab"]
+    # Bound to "::", the host's clients use 127.0.0.1 and sglang's own warmup ::1 (ServerArgs.url()): both.
+    assert _resolve(flags_override={"host": "::"})["tls"]["names"] == ["127.0.0.1", "::1", "10.0.0.21"]
 
 
 @pytest.mark.parametrize(
