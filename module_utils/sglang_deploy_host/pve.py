@@ -37,8 +37,10 @@ DRIVE_KEY = re.compile(r"ide[0-3]|sata[0-5]|scsi(?:[0-9]|[12][0-9]|30)|virtio(?:
 DATA_SLOT = re.compile(r"sata[0-5]|scsi(?:[0-9]|[12][0-9]|30)|virtio(?:[0-9]|1[0-5])")
 UNUSED_KEY = re.compile(r"unused\d+")
 GPU_KEY = re.compile(r"hostpci\d+")
-BDF = re.compile(r"(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?")
-MAPPING_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{1,127}")
+# What PVE's own schema takes (tests/fixtures/pve-api/schema.json): hostpci's host is lower-case hex only
+# (qemu-server's PCIRE, as lspci -D prints it), a mapping ID is a pve-configid ([a-z][a-z0-9_-]+, any case).
+BDF = re.compile(r"(?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}(?:\.[0-7])?")
+MAPPING_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{1,127}")
 STORAGE_ID = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
 # STORAGE:PATH; the path's parts are file names (no '..': PVE resolves them under the storage).
 VOLUME_ID = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*:[A-Za-z0-9_.+@-]+(?:/[A-Za-z0-9_.+@-]+)*")
@@ -235,11 +237,14 @@ def parse_gpus(entries: Sequence[Any]) -> list[Gpu]:
         mapping, host = entry.get("mapping"), entry.get("host")
         if mapping is not None and not (isinstance(mapping, str) and MAPPING_NAME.fullmatch(mapping)):
             raise SpecError(
-                f"{where}: {quoted(mapping)} is not a PVE mapping name. Fix: use the mapping's ID as PVE shows it."
+                f"{where}: {quoted(mapping)} is not a PVE mapping name (a letter, then letters, digits, _ or -). "
+                "Fix: use the mapping's ID as PVE shows it (Datacenter > Resource Mappings)."
             )
         if host is not None and not (isinstance(host, str) and BDF.fullmatch(host)):
+            lower = isinstance(host, str) and BDF.fullmatch(host.lower())
             raise SpecError(
-                f"{where}: {quoted(host)} is not a PCI address (0000:41:00.0). Fix: use lspci -D's address."
+                f"{where}: {quoted(host)} is not a PCI address as PVE takes it (0000:41:00.0, lower-case hex). "
+                + (f"Fix: write it {host.lower()} (lspci -D prints it so)." if lower else "Fix: use lspci -D's address.")
             )
         gpus.append(Gpu(mapping=mapping or "", host=host or ""))
     seen = [g.mapping or g.host for g in gpus]
@@ -895,10 +900,9 @@ def needs(
         ]
     if download:
         out.append(Need(f"/storage/{image_sid}", ("Datastore.AllocateTemplate",), "download the cloud image"))
-        if pve_major >= 9:  # PVE 9: Sys.AccessNetwork on the node, or (as PVE 8 needs) Sys.Audit + Sys.Modify on /
-            out.append(Need(f"/nodes/{node}", ("Sys.AccessNetwork",), "let the node download the cloud image"))
-        else:
-            out.append(Need("/", ("Sys.Audit", "Sys.Modify"), "let the node download the cloud image"))
+        # PVE 8.2+ and 9 (their API schema: download-url's permissions): Sys.AccessNetwork on the node, or
+        # Sys.Audit + Sys.Modify on / (missing() takes either; PVE 8.0/8.1 know only the second).
+        out.append(Need(f"/nodes/{node}", ("Sys.AccessNetwork",), "let the node download the cloud image"))
     out.append(Need(vm, tuple(dict.fromkeys(writes)), f"{action} the VM"))
     return out + guest
 

@@ -44,6 +44,9 @@ from fakepve import FakePve, PveError
 
 from sglang_deploy_host import hostkeys
 
+sys.path.insert(0, str(ROOT / "tests"))
+import pve_api  # noqa: E402 - tests/pve_api.py, beside the fixtures it reads
+
 NODE = "pve1"
 VMID = 4101
 HOST = "glm5-01"
@@ -150,8 +153,10 @@ def sysfs_tree(root: Path, devices: dict[str, str]) -> Path:
 
 
 @pytest.fixture()
-def pve(fakepve: FakePve) -> FakePve:
-    """A PVE 9 node pve1 with the cloud image, the vendor snippet, 8 mapped GPUs and a token for the role."""
+def pve(fakepve: FakePve) -> Iterator[FakePve]:
+    """A PVE 9 node pve1 with the cloud image, the vendor snippet, 8 mapped GPUs and a token for the role.
+    After the test, every request the role sent is checked against PVE's own API schema (tests/pve_api.py):
+    fakepve accepts what the real API may refuse."""
     fakepve.apitokens[TOKEN] = SECRET
     fakepve.grant(TOKEN, "/", *TOKEN_PRIVS)
     fakepve.storages["local"]["content"] = "iso,vztmpl,backup,import,snippets"
@@ -159,7 +164,20 @@ def pve(fakepve: FakePve) -> FakePve:
     fakepve.store_file("local", "debian-12-genericcloud-amd64.qcow2", 3 * 1024**3, content="import")
     fakepve.store_file("local", "sglang-deploy-vendor.cfg", 512, content="snippets")
     gpu_inventory(fakepve, {name: [bdf] for name, bdf in zip(GPUS, BDFS)}, BDFS)
-    return fakepve
+    # fakepve records a request's path without its query string, where PVE takes parameters too (a GET's, and
+    # community.proxmox's checksummed download-url): keep each request with it, body as fakepve redacted it.
+    sent: list[tuple[str, str, bytes]] = []
+    record = fakepve._record
+
+    def record_with_query(request: Any, body: bytes) -> None:
+        record(request, body)
+        sent.append((request.method, request.path_qs, fakepve.requests[-1][2]))
+
+    fakepve._record = record_with_query  # type: ignore[method-assign]
+    yield fakepve
+    refused = sorted({why for method, path, body in sent for why in pve_api.problems(method, path, body)})
+    if refused:
+        pytest.fail("requests PVE's API schema refuses (fakepve took them):\n" + "\n".join(refused), pytrace=False)
 
 
 @pytest.fixture()

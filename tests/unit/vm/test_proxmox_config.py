@@ -195,6 +195,9 @@ def test_gpu_names_and_addresses_are_checked_whole() -> None:
         ([{"mapping": "a/../b"}], "proxmox_vm_gpus[0]"),
         ([{"host": "0000:41:00.0\n"}], "proxmox_vm_gpus[0]: '0000:41:00.0\\n' is not a PCI address"),
         ("rtx-pro-6000-0", "proxmox_vm_gpus='rtx-pro-6000-0' (type str) is not a list"),
+        # What PVE's API schema refuses (tests/fixtures/pve-api): upper-case hex in hostpci, a '.' in a mapping ID.
+        ([{"host": "0000:C1:00.0"}], "'0000:C1:00.0' is not a PCI address as PVE takes it (0000:41:00.0, lower-case hex). Fix: write it 0000:c1:00.0"),
+        (["rtx.pro.0"], "proxmox_vm_gpus[0]: 'rtx.pro.0' is not a PVE mapping name (a letter, then letters, digits, _ or -)"),
     ):
         with pytest.raises(pve.SpecError) as refused:
             pve.parse_gpus(bad)
@@ -340,6 +343,15 @@ def test_privileges_follow_what_the_run_does() -> None:
     assert [n.privs for n in pve.missing(create, held)] == [("Sys.AccessNetwork",)]
     held["/"] |= {"Sys.Modify"}  # download-url's other way in: Sys.Audit + Sys.Modify on /
     assert pve.missing(create, held) == []
+    # PVE 8.2+ takes either as well (its API schema, download-url's permissions): a token with only
+    # Sys.AccessNetwork on the node is not refused on PVE 8 any more.
+    create8 = pve.needs(vm_spec, "pve1", action="create", pve_major=8, download=True, restart=False)
+    held8: dict[str, set[str]] = {}
+    for need in create8:
+        held8.setdefault(need.path, set()).update(need.privs)
+    assert held8["/nodes/pve1"] == {"Sys.AccessNetwork"} and pve.missing(create8, held8) == []
+    held8["/nodes/pve1"], held8["/"] = set(), {"Sys.Audit", "Sys.Modify"}
+    assert pve.missing(create8, held8) == []
 
 
 def test_reading_the_guests_host_keys_needs_the_agents_file_read() -> None:
