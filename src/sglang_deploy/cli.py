@@ -15,6 +15,7 @@ from sglang_deploy.playbook.runner import Interrupted, RunnerError, stop_on_sign
 # The subcommands, one module each under sglang_deploy.commands, in help order. Each module defines
 # ``register(subparsers)``, which adds its parser(s) and sets ``func`` (args -> exit status).
 COMMAND_MODULES: tuple[str, ...] = (
+    "init",
     "render",
     "validate",
     "up",

@@ -132,3 +132,24 @@ def test_tls_files_are_judged_before_any_host_and_a_vaulted_key_is_read(tmp_path
     assert done.returncode != 0, out
     for host in ("glm5-01", "glm5-02", "glm5-03"):
         assert f"host {host}: sglang_server_tls_certfile={expired['certfile']}: the certificate expired on" in out, out
+
+
+def test_init_writes_the_proxmox_layout_into_a_new_directory_and_it_validates(tmp_path: Path) -> None:
+    """`sglang-deploy init DIR` from any directory: the proxmox inventory as shipped (comments, placeholders, no
+    secret), DIR 0700; `validate -i DIR` passes on it; a non-empty DIR or a file is refused, nothing written."""
+    cli = str(Path(sys.executable).with_name("sglang-deploy"))
+    site = tmp_path / "new-site"
+    done = subprocess.run([cli, "init", str(site)], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "next: put your node's and VM's addresses in hosts.yml" in done.stderr
+    shipped = sorted(p.relative_to(ROOT / "inventory" / "proxmox") for p in (ROOT / "inventory" / "proxmox").rglob("*") if p.is_file())
+    written = sorted(p.relative_to(site) for p in site.rglob("*") if p.is_file())
+    assert written == shipped and all((site / p).read_bytes() == (ROOT / "inventory" / "proxmox" / p).read_bytes() for p in shipped)
+    assert (site.stat().st_mode & 0o777) == 0o700
+    done = _validate(site)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (site / "hosts.yml").write_text("# mine\n")
+    for target in (site, site / "hosts.yml"):
+        refused = subprocess.run([cli, "init", str(target)], capture_output=True, text=True, timeout=120, check=False)
+        assert refused.returncode == 2 and "Fix: name a new" in refused.stderr, refused.stderr
+    assert (site / "hosts.yml").read_text() == "# mine\n"
