@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         return refused
     if not (0 < args.threshold < 1):
         return usage_error("bench", f"--threshold {args.threshold} must be between 0 and 1 (0.10 = 10% slower is a regression)")
-    out = Path(args.out).resolve() if args.out else runner.project_dir() / "artifacts" / "bench"
+    out = Path(args.out).resolve() if args.out else runner.state_dir() / "artifacts" / "bench"
     if args.compare and len(args.compare) > 2:
         return usage_error("bench", f"--compare takes one run (with -i/--endpoint) or two (A B), not {len(args.compare)}")
     if args.compare and len(args.compare) == 2:
@@ -304,7 +304,7 @@ def run_inventory(args: argparse.Namespace, out: Path, baseline: bench.Baseline 
     project = runner.project_dir()
     # Not runner.run_playbook: its view has no hook for the steps' own lines.
     result = ansible_runner.run(
-        **runner.runner_kwargs(project / "artifacts", event_handler=progress.handle, ident=runner.run_ident("bench")),
+        **runner.runner_kwargs(runner.state_dir() / "artifacts", event_handler=progress.handle, ident=runner.run_ident("bench")),
         project_dir=str(project), playbook=str(project / PLAYBOOK),
         inventory=[str(Path(i).resolve()) for i in inventories], extravars=extravars, limit=args.limit,
     )  # fmt: skip

@@ -231,11 +231,16 @@ def stop_on_signals() -> Iterator[None]:
         _stop = _RunStop()
 
 
+# Where a wheel carries the project's Ansible content (setup.py's build_py): beside the package.
+INSTALLED_PROJECT = Path(__file__).resolve().parents[1] / "_project"
+
+
 def project_dir() -> Path:
-    """The checkout holding site.yml: $SGLANG_DEPLOY_PROJECT, else the one this package sits in."""
+    """The tree holding site.yml: $SGLANG_DEPLOY_PROJECT, else the checkout this package sits in (or the
+    current directory's), else the copy a pip-installed wheel carries (INSTALLED_PROJECT)."""
     override = os.environ.get("SGLANG_DEPLOY_PROJECT")
     candidates = [Path(override)] if override else []
-    candidates += [Path(__file__).resolve().parents[3], Path.cwd()]
+    candidates += [Path(__file__).resolve().parents[3], Path.cwd(), INSTALLED_PROJECT]
     for candidate in candidates:
         if (candidate / "site.yml").is_file() and (candidate / "roles").is_dir():
             return candidate
@@ -243,6 +248,20 @@ def project_dir() -> Path:
         "cannot find the sglang-deploy project (site.yml, roles/). Fix: run from the checkout or set "
         "SGLANG_DEPLOY_PROJECT to it."
     )
+
+
+def state_dir() -> Path:
+    """Where runs leave what they write (``artifacts/``, the fact cache): the checkout's own tree; for a
+    pip-installed CLI (the project inside the package) $SGLANG_DEPLOY_STATE, else $XDG_STATE_HOME/sglang-deploy
+    (~/.local/state/sglang-deploy), never the installed package."""
+    project = project_dir()
+    if project != INSTALLED_PROJECT:
+        return project
+    override = os.environ.get("SGLANG_DEPLOY_STATE")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "sglang-deploy"
 
 
 @dataclass
@@ -383,7 +402,14 @@ def ansible_env() -> dict[str, str]:
     first on PATH (Ansible starts helpers by name), and SSH host-key checking ON unless the
     operator's own environment turns it off (ansible-runner would default it to off)."""
     project = project_dir()
+    # ansible.cfg's fact cache is relative to the tree; an installed CLI keeps it in its state directory.
+    cache = (
+        {"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(state_dir() / ".cache" / "facts")}
+        if project == INSTALLED_PROJECT and "ANSIBLE_CACHE_PLUGIN_CONNECTION" not in os.environ
+        else {}
+    )
     return {
+        **cache,
         "ANSIBLE_CONFIG": str(project / "ansible.cfg"),
         # ansible-runner runs Ansible in a pty, where Ansible colours its output; the artifacts are
         # for reading later, without escape codes.
@@ -590,7 +616,7 @@ def run_playbook(
     ansible_executable("ansible-playbook")  # ansible-runner starts it by name from ansible_env()'s PATH
     console = console or Console(stderr=True)
     project = project_dir()
-    artifacts = (artifacts_dir or project / "artifacts").resolve()
+    artifacts = (artifacts_dir or state_dir() / "artifacts").resolve()
     view = ProgressView(console, plain=live and not console.is_terminal)
     screen = Live(view.table(title), console=console, refresh_per_second=4) if live and console.is_terminal else None
 
