@@ -119,11 +119,13 @@ def test_jit_caches_on_the_kept_disk_are_the_services_and_writable_by_the_unit(
 def test_tls_files_are_readable_by_the_service_and_nobody_else(host, rendered_dir: Path, unit_name: str, service_user: str) -> None:
     """With TLS (sglang_server_tls_*) the unit names the certificate, key and CA the role installed: the
     directory and key root's, readable by the service's group only (0750, 0640), the certificate and CA
-    public; the service can read each, another user cannot read the key (roles/sglang_server/tasks/tls.yml)."""
+    public; the service can read each, another user cannot read the key (roles/sglang_server/tasks/tls.yml).
+    Without TLS the unit names none of them (no half of a TLS setup)."""
     flag_words, _ = sglang_launcher.split_command_line(systemd.exec_start_argv((rendered_dir / f"{unit_name}.service").read_text()))
     flags = ep.flags_from_argv(flag_words)
     if not ep.serves_tls(flags):
-        pytest.skip("no TLS in this inventory (sglang_server_tls_certfile is empty)")
+        assert not {"ssl-certfile", "ssl-keyfile", "ssl-ca-certs", "ssl-keyfile-password"} & set(flags), flags
+        return
     group = host.user(service_user).group
     key, cert, ca = (host.file(str(flags[name])) for name in ("ssl-keyfile", "ssl-certfile", "ssl-ca-certs"))
     directory = host.file(str(Path(key.path).parent))
