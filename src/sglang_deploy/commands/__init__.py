@@ -11,6 +11,7 @@ import argparse
 import os
 import stat
 import sys
+from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
@@ -86,6 +87,19 @@ def add_cafile_arg(parser: argparse.ArgumentParser | argparse._ArgumentGroup) ->
         "--cafile", default="", metavar="PEM",
         help="CA that signed an https endpoint's certificate (sglang_server_tls_cafile; default: the system's CAs)",
     )  # fmt: skip
+
+
+def cafile_from(args: argparse.Namespace) -> str:
+    """``--cafile`` as an absolute path, read once here so an unreadable or empty CA file is a usage error before
+    anything runs (ValueError naming the option); "" when not given."""
+    if not args.cafile:
+        return ""
+    cafile = str(Path(args.cafile).resolve())
+    try:
+        endpoint.tls_context(cafile)
+    except ValueError as err:
+        raise ValueError(f"--cafile: {err}") from None
+    return cafile
 
 
 class ApiKeyError(ValueError):

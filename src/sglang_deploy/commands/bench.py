@@ -41,6 +41,7 @@ from sglang_deploy.commands import (
     add_cafile_arg,
     add_inventory_args,
     api_key_from,
+    cafile_from,
     missing_role_defaults,
     role_defaults,
     usage_error,
@@ -199,9 +200,7 @@ def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench.Baseline |
         return usage_error("bench", "--endpoint needs --model NAME (the served name) and --tokenizer PATH (the model's tokenizer directory)")
     try:
         endpoint.check_url(args.endpoint)
-        cafile = str(Path(args.cafile).resolve()) if args.cafile else ""
-        if cafile:
-            endpoint.tls_context(cafile)  # an unreadable CA is named before anything runs
+        cafile = cafile_from(args)
         api_key = args.resolved_api_key
         lane = load_lane(args.lane)
     except (ValueError, LaneError) as err:

@@ -26,6 +26,7 @@ from sglang_deploy.commands import (
     add_cafile_arg,
     add_inventory_args,
     api_key_from,
+    cafile_from,
     usage_error,
 )
 from sglang_deploy.playbook.runner import project_dir, run_playbook
@@ -71,11 +72,13 @@ def run(args: argparse.Namespace) -> int:
             return usage_error("verify", "--endpoint needs --model NAME (the served model name)")
         try:
             endpoint.check_url(args.endpoint)
-            if args.cafile:
-                endpoint.tls_context(args.cafile)  # an unreadable CA is named before pytest starts
         except ValueError as err:
-            return usage_error("verify", f"--endpoint {err}" if not args.cafile or "CA file" not in str(err) else f"--cafile {err}")
-        return run_endpoint_suite(args.endpoint, args.model, api_key, args.probes, str(Path(args.cafile).resolve()) if args.cafile else "")
+            return usage_error("verify", f"--endpoint {err}")
+        try:
+            cafile = cafile_from(args)
+        except ValueError as err:
+            return usage_error("verify", str(err))
+        return run_endpoint_suite(args.endpoint, args.model, api_key, args.probes, cafile)
     if args.model or args.api_key_file or args.cafile:
         return usage_error("verify", "--model/--api-key-file/--cafile go with --endpoint URL (with -i, the CA is sglang_server_tls_cafile)")
     return run_inventory(args.inventory, args.limit, args.probes)

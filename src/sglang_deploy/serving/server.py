@@ -260,7 +260,7 @@ def _resolve(
         raise LaunchConfigError(problem)
     launch = config.to_dict()
     unit["requires_mounts_for"] = _requires_mounts_for(launch["flags"], jit_cache)
-    served = _endpoint(inputs, launch["flags"], host, served_tls)
+    served = _endpoint(inputs, launch["flags"], host)
     if served_tls:
         # The names its clients verify: the host's own checks reach it on the bound or loopback address, sglang's
         # warmup on ServerArgs.url()'s (::1 for "::"), routers and Prometheus on the worker URL's host.
@@ -520,15 +520,16 @@ def plan_for_flags(
     return out
 
 
-def _endpoint(inputs: ServerInputs, flags: Mapping[str, Any], host: str, served_tls: Mapping[str, Any]) -> Endpoint:
-    """From the canonical flags (names as launch.py normalizes them); https:// URLs when TLS is served."""
+def _endpoint(inputs: ServerInputs, flags: Mapping[str, Any], host: str) -> Endpoint:
+    """From the canonical flags (names as launch.py normalizes them); https:// URLs when they serve TLS
+    (``--ssl-certfile``: endpoint.serves_tls, as every client decides it)."""
     bind = str(flags.get("host", endpoint.DEFAULT_BIND_HOST))
     try:
         port = endpoint.port_number(flags.get("port", endpoint.DEFAULT_PORT), "sglang_server_flags['port']")
     except ValueError as err:
         raise LaunchConfigError(str(err)) from None
-    scheme = "https" if served_tls else "http"
-    worker = endpoint.http_url(str(inputs.advertise_address or host), port, scheme)
+    served_tls = endpoint.serves_tls(flags)
+    worker = endpoint.http_url(str(inputs.advertise_address or host), port, "https" if served_tls else "http")
     if inputs.advertise_url:
         try:
             worker = endpoint.check_url(str(inputs.advertise_url).rstrip("/"))
@@ -548,11 +549,11 @@ def _endpoint(inputs: ServerInputs, flags: Mapping[str, Any], host: str, served_
     return Endpoint(
         bind_host=bind,
         port=port,
-        local_url=f"{scheme}://{endpoint.client_host(bind)}:{port}",
+        local_url=endpoint.base_url(flags),
         worker_url=worker,
         served_model=served,
         api_key_env=API_KEY_ENV if inputs.api_key else None,
-        cafile=str(served_tls.get("cafile", "")),
+        cafile=endpoint.host_cafile(flags),
     )
 
 
