@@ -10,7 +10,11 @@ followed by a thousand tokens of junk. So a probe passes only when its answer
 
 1. **stopped by itself**: ``finish_reason`` is ``stop``. ``length`` fails: "raise max_tokens" when the model
    was still thinking (no answer yet, or an unclosed ``<think>``), "the answer did not stop" otherwise;
-2. **matches** the probe's ``expect`` (a regex searched in the answer, the reasoning split off);
+2. **answers its own question**: matches the probe's ``expect`` (a regex searched in the answer, the reasoning
+   split off) and not its ``reject`` (a conflicting answer: another capital, "or maybe ..."); a numeric probe
+   (``number``) is pinned on both sides: the answer's numbers, read whole (``420``, ``142``, ``42.5`` and
+   ``-42`` are other numbers than 42), must hold the probe's number and nothing else but the question's own
+   numbers and the working steps the probe names (``steps``);
 3. **fits the probe's length**: at most ``max_answer_chars`` characters (default
    :data:`DEFAULT_MAX_ANSWER_CHARS`: a word or a number in a short sentence; a code probe sets its own);
 4. **is not degenerate**: an answer of :data:`DEGENERATE_MIN_CHARS` characters or more that zlib compresses
@@ -18,6 +22,10 @@ followed by a thousand tokens of junk. So a probe passes only when its answer
    needs no tokenizer and catches loops in text without spaces as well as with them: the untrained tiny Llama's
    recorded answers compress to 0.05, the right word repeated to 0.01; natural prose 0.6-0.8, code 0.45-0.55, a
    numbered list of 30 lines 0.16 (tests/unit/host/test_gate.py measures each).
+
+Then the answers are judged **against each other** (:func:`judge_all`): the same answer to two different questions
+fails both (a server that answers one constant string to every prompt: the right answers to every probe at once
+passed each probe on its own), as does an answer that holds another probe's answer (``Paris ... 42 ...``).
 
 A probe with ``context`` buries a fact in generated notes of ``filler_chars`` characters (a few thousand
 tokens; distractor facts of the same shape around it) and asks for it: precision loss in the KV cache shows
@@ -34,7 +42,7 @@ import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from . import endpoint
 
@@ -79,6 +87,37 @@ class Probe:
     max_tokens: int = DEFAULT_PROBE_MAX_TOKENS
     max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS
     context: Optional[Context] = None
+    # A conflicting answer: found in the answer, it fails (another capital, a hedge).
+    reject: "Optional[re.Pattern[str]]" = None
+    # A numeric probe's answer, and the working steps an answer may show besides it.
+    number: Optional[float] = None
+    steps: Tuple[float, ...] = ()
+
+
+# A number as an answer writes it: a sign, digits (thousands grouped with commas or not), a decimal part. Read
+# whole: never a piece of a longer number or word ("420", "x42", "42.5" are not 42).
+_NUMBER = re.compile(r"(?<![\w.,])[-\u2212]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w]|[.,]\d)")
+
+
+def numbers_in(text: str) -> List[float]:
+    """Every number written in ``text``, as values (``4,817`` is 4817; ``-3`` and ``\u22123`` are -3)."""
+    values = []
+    for found in _NUMBER.findall(text):
+        values.append(float(found.replace(",", "").replace("\u2212", "-")))
+    return values
+
+
+def _number_text(value: float) -> str:
+    return f"{value:g}" if value != int(value) else str(int(value))
+
+
+def _pinned(value: float) -> str:
+    """A regex of ``value`` written whole, its thousands grouped or not (a numeric probe's own ``expect``)."""
+    spellings = {_number_text(value)}
+    if value == int(value):
+        spellings.add(f"{int(value):,}")
+    either = "|".join(re.escape(text) for text in sorted(spellings, key=len, reverse=True))
+    return r"(?<![\w.,])(?:" + either + r")(?![\w]|[.,]\d)"
 
 
 @dataclass(frozen=True)
@@ -99,7 +138,7 @@ class ProbeResult:
 
 
 # -- the probes file ----------------------------------------------------------------------------------------
-_KEYS = {"name", "prompt", "expect", "max_tokens", "max_answer_chars", "context"}
+_KEYS = {"name", "prompt", "expect", "max_tokens", "max_answer_chars", "context", "reject", "number", "steps"}
 
 
 def _positive(where: str, key: str, value: Any) -> int:
@@ -108,13 +147,14 @@ def _positive(where: str, key: str, value: Any) -> int:
     return value
 
 
-def _context(where: str, value: Any, expect: "re.Pattern[str]") -> Context:
+def parse_context(where: str, value: Any, expect: "Optional[re.Pattern[str]]" = None) -> Context:
+    """A long-context entry (fact, filler_chars, depth); ``expect``, when given, must match the fact."""
     if not isinstance(value, dict) or set(value) - {"fact", "filler_chars", "depth"}:
         raise ProbeFileError(f"{where}: context must be a mapping of fact, filler_chars and depth, found {value!r}")
     fact = value.get("fact")
     if not isinstance(fact, str) or not fact.strip():
         raise ProbeFileError(f"{where}: context.fact must be a non-empty string")
-    if not expect.search(fact):
+    if expect is not None and not expect.search(fact):
         raise ProbeFileError(f"{where}: expect /{expect.pattern}/ does not match context.fact {fact!r}: the notes must hold the answer")
     filler = value.get("filler_chars", 0)
     if not isinstance(filler, int) or isinstance(filler, bool) or filler < 0:
@@ -123,6 +163,21 @@ def _context(where: str, value: Any, expect: "re.Pattern[str]") -> Context:
     if isinstance(depth, bool) or not isinstance(depth, (int, float)) or not 0 <= depth <= 1:
         raise ProbeFileError(f"{where}: context.depth must be between 0 (start) and 1 (end), found {depth!r}")
     return Context(fact, filler, float(depth))
+
+
+def _regex(where: str, key: str, pattern: Any) -> "re.Pattern[str]":
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise ProbeFileError(f"{where}: '{key}' must be a non-empty string")
+    try:
+        return re.compile(pattern)
+    except re.error as err:
+        raise ProbeFileError(f"{where}: {key} {pattern!r} is not a valid regex: {err}") from None
+
+
+def _number(where: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
+        raise ProbeFileError(f"{where}: {key} must be a number, found {value!r}")
+    return float(value)
 
 
 def parse_probes(data: Any, source: str) -> List[Probe]:
@@ -137,19 +192,25 @@ def parse_probes(data: Any, source: str) -> List[Probe]:
         unknown = set(entry) - _KEYS
         if unknown:
             raise ProbeFileError(f"{where}: unknown keys {sorted(unknown)} (allowed: {', '.join(sorted(_KEYS))})")
-        for key in ("prompt", "expect"):
-            if not isinstance(entry.get(key), str) or not entry[key].strip():
-                raise ProbeFileError(f"{where}: '{key}' must be a non-empty string")
-        try:
-            expect = re.compile(entry["expect"])
-        except re.error as err:
-            raise ProbeFileError(f"{where}: expect {entry['expect']!r} is not a valid regex: {err}") from None
+        if not isinstance(entry.get("prompt"), str) or not entry["prompt"].strip():
+            raise ProbeFileError(f"{where}: 'prompt' must be a non-empty string")
+        value = _number(where, "number", entry["number"]) if entry.get("number") is not None else None
+        steps = entry.get("steps") or []
+        if not isinstance(steps, list) or (steps and value is None):
+            raise ProbeFileError(f"{where}: steps must be a list of numbers, and only a numeric probe (number) has them")
+        if value is None and (not isinstance(entry.get("expect"), str) or not entry["expect"].strip()):
+            raise ProbeFileError(f"{where}: 'expect' must be a non-empty string (or give a numeric probe's 'number')")
+        # A numeric probe's expect, unless it gives one: its number, pinned on both sides.
+        pattern = entry.get("expect") or _pinned(value or 0.0)
+        expect = _regex(where, "expect", pattern)
         probes.append(
             Probe(
                 name=str(entry.get("name") or f"probe-{number}"), prompt=entry["prompt"], expect=expect,
                 max_tokens=_positive(where, "max_tokens", entry.get("max_tokens", DEFAULT_PROBE_MAX_TOKENS)),
                 max_answer_chars=_positive(where, "max_answer_chars", entry.get("max_answer_chars", DEFAULT_MAX_ANSWER_CHARS)),
-                context=_context(where, entry["context"], expect) if entry.get("context") is not None else None,
+                context=parse_context(where, entry["context"], expect) if entry.get("context") is not None else None,
+                reject=_regex(where, "reject", entry["reject"]) if entry.get("reject") else None,
+                number=value, steps=tuple(_number(where, "steps[]", step) for step in steps),
             )  # fmt: skip
         )
     names = [p.name for p in probes]
@@ -235,12 +296,18 @@ def build_prompt(probe: Probe, context_len: Optional[int] = None) -> str:
         fixed = len((NOTES_HEAD + context.fact + NOTES_TAIL + probe.prompt).encode("utf-8")) + 2
         room = context_len - reserve - endpoint.CHAT_TEMPLATE_ALLOWANCE_TOKENS - fixed
         chars = max(min(chars, room), MIN_FILLER_CHARS)
+    return notes_prompt(probe.name, context, chars, probe.prompt)
+
+
+def notes_prompt(name: str, context: Context, chars: int, question: str) -> str:
+    """Generated notes of ``chars`` characters seeded by ``name``, ``context.fact`` at its depth, then the
+    question: a long-context probe's text, and the quality check's long prompt (quality.py)."""
     # The notes must not answer for the fact: leave out any sentence about the fact's own subject.
     subject = re.sub(r"\s+is\s+.*$", "", context.fact.strip().rstrip("."))
-    sentences = filler(probe.name, chars, subject)
+    sentences = filler(name, chars, subject)
     at = round(len(sentences) * context.depth)
     notes = " ".join(sentences[:at] + [context.fact] + sentences[at:])
-    return NOTES_HEAD + notes + NOTES_TAIL + probe.prompt
+    return NOTES_HEAD + notes + NOTES_TAIL + question
 
 
 # -- judging --------------------------------------------------------------------------------------------------
@@ -308,9 +375,66 @@ def judge(probe: Probe, message: Mapping[str, Any], finish_reason: Optional[str]
         return fail(looping)
     if len(answer) > probe.max_answer_chars:
         return fail(f"the answer is {len(answer):,} characters, more than the probe's max_answer_chars {probe.max_answer_chars:,}")
+    if probe.number is not None:
+        problem = _numeric_problem(probe, answer)
+        if problem:
+            return fail(problem)
     if not probe.expect.search(answer):
         return fail("no match")
+    conflict = probe.reject.search(answer) if probe.reject is not None else None
+    if conflict:
+        return fail(f"a conflicting answer in it: {conflict.group(0)!r} (the probe's reject)")
     return ProbeResult(probe, True, answer, "", finish_reason)
+
+
+def _numeric_problem(probe: Probe, answer: str) -> Optional[str]:
+    """Why ``answer`` is not the numeric probe's number (module docstring, 2.), or None."""
+    assert probe.number is not None
+    found = numbers_in(answer)
+    want = _number_text(probe.number)
+    if probe.number not in found:
+        shown = ", ".join(_number_text(v) for v in found) or "none"
+        return f"the answer's numbers ({shown}) do not hold {want}"
+    allowed = {probe.number, *probe.steps, *numbers_in(probe.prompt)}
+    others = [v for v in found if v not in allowed]
+    if others:
+        return f"a conflicting number beside {want}: {', '.join(_number_text(v) for v in dict.fromkeys(others))}"
+    return None
+
+
+def _normalized(answer: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", answer.lower()).split())
+
+
+def judge_all(results: Sequence[ProbeResult]) -> List[ProbeResult]:
+    """The answers against each other (module docstring): a passing answer fails when another probe got the same
+    answer, or when it holds another probe's answer (another probe's number or expect, which its own question
+    does not hold)."""
+    judged: List[ProbeResult] = []
+    for result in results:
+        if not result.ok:
+            judged.append(result)
+            continue
+        reason = ""
+        mine = _normalized(result.answer)
+        for other in results:
+            if other.probe.name == result.probe.name or not other.answer:
+                continue
+            if mine and _normalized(other.answer) == mine:
+                reason = f"the same answer as probe {other.probe.name}: different questions got one answer (a server that no longer reads the prompt)"
+                break
+            question = result.probe.prompt
+            if other.probe.number is not None:
+                held = other.probe.number in numbers_in(result.answer)
+                mine_too = other.probe.number in numbers_in(question) or other.probe.number in result.probe.steps
+                if held and not mine_too and other.probe.number != result.probe.number:
+                    reason = f"it also holds probe {other.probe.name}'s answer {_number_text(other.probe.number)}: not an answer to its own question"
+                    break
+            elif other.probe.expect.search(result.answer) and not other.probe.expect.search(question):
+                reason = f"it also holds probe {other.probe.name}'s answer (/{other.probe.expect.pattern}/): not an answer to its own question"
+                break
+        judged.append(result if not reason else ProbeResult(result.probe, False, result.answer, reason, result.finish_reason, result.prompt_chars))
+    return judged
 
 
 def run_probe(target: endpoint.Endpoint, model: str, probe: Probe, context_len: Optional[int] = None) -> ProbeResult:
@@ -335,7 +459,7 @@ def run_probes(target: endpoint.Endpoint, model: str, probes: Sequence[Probe]) -
         context_len = endpoint.context_length(target, model)
     except endpoint.EndpointError:
         context_len = None
-    return [run_probe(target, model, probe, context_len) for probe in probes]
+    return judge_all([run_probe(target, model, probe, context_len) for probe in probes])
 
 
 def report(results: Sequence[ProbeResult]) -> str:

@@ -12,8 +12,8 @@ tokenizer (make_glm5_arch.py's) so bench_serving's random token ids decode.
 
 The data is a language with a rule a small model learns in a minute and that makes the next-next token
 predictable: arithmetic progressions modulo the vocabulary (``a, a+d, a+2d, ...`` for a random start and a
-stride from a small set), so that any two tokens fix what follows - also after bench_serving's random
-prompts. Phase 1 trains the target on next-token prediction. Phase 2 freezes it and trains the draft layer
+stride from a small set, which changes now and then: SWITCH_PROBABILITY), so that any two tokens say what
+most likely follows - also after bench_serving's random prompts. Phase 1 trains the target on next-token prediction. Phase 2 freezes it and trains the draft layer
 as DeepSeek-V3's MTP module and sglang's NEXTN run it: at position i it sees ``enorm(embed(x[i+1]))`` beside
 ``hnorm(h[i])`` (the target's hidden state after its final norm, what sglang's logits processor hands the
 draft), projects them with ``eh_proj``, runs one MoE decoder layer numbered ``num_hidden_layers`` and
@@ -45,30 +45,41 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_glm5_arch import SGLANG_DEEPSEEK_ATTRIBUTES, write_tokenizer  # noqa: E402
+from progressions import SPECIALS, STRIDES, SWITCH_PROBABILITY, VOCAB  # noqa: E402
 
 SIZES: dict[str, dict[str, Any]] = {
-    # On the H200: ~40 M parameters; trains to a near-perfect progression model in about a minute.
-    "small": {"vocab_size": 1024, "hidden_size": 512, "intermediate_size": 1024, "moe_intermediate_size": 256,
+    # On the H200: ~45 M parameters; learns the progressions in about a minute. The MLA shapes are DeepSeek-V3's
+    # own (kv_lora_rank 512 + rope 64, heads of 128): sglang 0.5.17's triton MLA decode kernel refuses others
+    # (128 + 32 failed on the device, 2026-12-05: "incompatible dimensions 128 and 256").
+    "small": {"vocab_size": VOCAB, "hidden_size": 512, "intermediate_size": 1024, "moe_intermediate_size": 256,
               "num_hidden_layers": 4, "num_attention_heads": 8, "n_routed_experts": 16, "num_experts_per_tok": 2,
-              "q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32,
-              "v_head_dim": 64, "batch": 128, "seq": 128},
+              "q_lora_rank": 256, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+              "v_head_dim": 128, "batch": 128, "seq": 128},
     # For a CPU check of the code path only (seconds).
     "smoke": {"vocab_size": 64, "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
               "num_hidden_layers": 2, "num_attention_heads": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
               "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
               "v_head_dim": 16, "batch": 8, "seq": 24},
 }  # fmt: skip
-SPECIALS = 3  # the tokenizer's <|begin_of_text|>, <|end_of_text|>, <|unk|>: never in the data
-STRIDES = (1, 2, 3, 5, 7)
+# Positions the model serves: the quality check's long prompt (over 8,192 tokens) must fit. RoPE is relative
+# and the rule looks at the last two tokens, so the model trained on 128 keeps to it far beyond.
+MAX_POSITIONS = 16384
 
 
 def progressions(batch: int, length: int, vocab: int, generator: torch.Generator, device: str) -> torch.Tensor:
-    """``batch`` arithmetic progressions of ``length`` tokens over the ids SPECIALS..vocab-1."""
+    """``batch`` progressions of ``length`` tokens over the ids SPECIALS..vocab-1: a random start, then steps
+    of a stride that changes with SWITCH_PROBABILITY at each step (modulo the span)."""
     span = vocab - SPECIALS
     start = torch.randint(0, span, (batch, 1), generator=generator)
-    stride = torch.tensor(STRIDES)[torch.randint(0, len(STRIDES), (batch, 1), generator=generator)]
-    steps = torch.arange(length).unsqueeze(0)
-    return ((start + stride * steps) % span + SPECIALS).to(device)
+    choices = torch.tensor(STRIDES)
+    strides = choices[torch.randint(0, len(STRIDES), (batch, length - 1), generator=generator)]
+    switch = torch.rand((batch, length - 1), generator=generator) < SWITCH_PROBABILITY
+    switch[:, 0] = True  # the first step draws the first stride
+    # The stride in force at each step: the one drawn at the last switch at or before it.
+    last_switch = torch.cummax(torch.where(switch, torch.arange(length - 1).expand(batch, -1), torch.zeros_like(strides)), dim=1).values
+    steps = torch.gather(strides, 1, last_switch)
+    offsets = torch.cat((torch.zeros((batch, 1), dtype=steps.dtype), torch.cumsum(steps, dim=1)), dim=1)
+    return ((start + offsets) % span + SPECIALS).to(device)
 
 
 def make_config(size: dict[str, Any]) -> Any:
@@ -80,7 +91,7 @@ def make_config(size: dict[str, Any]) -> Any:
     config = DeepseekV3Config(
         **{k: size[k] for k in keys}, **SGLANG_DEEPSEEK_ATTRIBUTES, num_key_value_heads=size["num_attention_heads"],
         n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1, num_nextn_predict_layers=1,
-        max_position_embeddings=4096, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False,
+        max_position_embeddings=MAX_POSITIONS, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False,
         architectures=["DeepseekV3ForCausalLM"],
     )  # fmt: skip
     config._attn_implementation = "sdpa"

@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "verify",
     "rebuild",
     "bench",
+    "quality",
     "rollout",
 )
 

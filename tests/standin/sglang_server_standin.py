@@ -44,7 +44,16 @@ environment variables (the unit's argv stays the inventory's):
                                           repeat (the right answer repeated until max_tokens) |
                                           runon (the right answer, then words of junk until
                                           max_tokens): the degenerate output of a broken numeric
-                                          path, which "the right word is in there" would pass
+                                          path, which "the right word is in there" would pass |
+                                          constant (one string, CONSTANT_ANSWER, for every chat, and
+                                          a next-token distribution that ignores the input: a server
+                                          that no longer computes the model) |
+                                          drift (the logprob model's logits moved by noise: fluent,
+                                          not quite the model) |
+                                          batch-race (right alone, wrong tokens while another
+                                          generation runs: the FP4 GEMM race under concurrency) |
+                                          no-logprobs (/generate answers without its logprob fields) |
+                                          retokenized (another tokenizer: other ids for the same text)
   --standin-load-delay / SGLANG_STANDIN_LOAD_DELAY   seconds of "loading" (503) after start (default 2)
   --standin-mode-file / SGLANG_STANDIN_MODE_FILE     a file holding one of the modes above, read at
                                           every request: a server started before the file was last
@@ -72,6 +81,14 @@ has exactly the requested number of tokens (the answer, then filler words).
 
 Non-streamed answers are not paced. ``--port 0`` picks a free port; the first line on stdout
 always says where it listens.
+
+The logprob API (what ``sglang-deploy quality`` speaks, shapes from sglang 0.5.17's tokenizer_manager.py and
+logprob_result_processor.py): ``POST /tokenize`` ({"tokens", "count", "max_model_len"}), and a non-streamed
+``POST /generate`` with ``return_logprob`` answered by a small language model instead of the rule table. Its
+tokens are digits, words and punctuation marks (LM_TOKEN), each an id by its CRC-32; its next-token
+distribution is a fixed function of the last two ids (Gaussian logits seeded by them, one favoured token), so
+greedy decoding and teacher-forced scoring are deterministic and a top-k has real spread. ``input_top_logprobs``
+starts with null at ``logprob_start_len`` and each entry is ``[logprob, token_id, null]``, as sglang's.
 """
 
 from __future__ import annotations
@@ -80,9 +97,11 @@ import argparse
 import contextlib
 import http.client
 import itertools
+import functools
 import json
 import math
 import os
+import random
 import re
 import secrets
 import socket
@@ -92,10 +111,24 @@ import threading
 import time
 import urllib.parse
 import uuid
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator, Optional
 
-MODES = ("ok", "garble", "never-ready", "stall", "busy", "empty", "redirect", "repeat", "runon")
+MODES = ("ok", "garble", "never-ready", "stall", "busy", "empty", "redirect", "repeat", "runon",
+         "constant", "drift", "batch-race", "no-logprobs", "retokenized")
+# What a constant server answers to every chat: the right answer to each default probe at once.
+CONSTANT_ANSWER = "Paris 42 91 50 4817 def add(a, b): return a + b"
+# The logprob model (module docstring): its vocabulary, special ids and tokenizer.
+LM_VOCAB = 2048
+LM_BOS, LM_EOS = 0, 1
+LM_TOKEN = re.compile(r"\d|\w+|[^\w\s]")
+# The favoured next token's lift over the Gaussian logits (nats): a top-1 of about 0.5, the rest spread.
+LM_FAVOURED = 8.0
+LM_SPREAD = 1.5
+# drift: noise added to every logit; batch-race: the noise while another generation runs.
+LM_DRIFT = 0.7
+LM_RACE = 4.0
 # Prefill tokens a busy stand-in reports computing per second (sglang:realtime_tokens_total{mode="prefill_compute"}).
 BUSY_TOKENS_PER_S = 2048
 GARBLE = "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
@@ -248,6 +281,35 @@ def _max_tokens(request: dict[str, Any], *keys: str, default: int = 128) -> int:
     return default
 
 
+def lm_tokenize(text: str, special: bool, salt: str = "") -> list[int]:
+    """The logprob model's token ids for ``text`` (a leading BOS with ``special``)."""
+    ids = [LM_BOS] if special else []
+    ids += [2 + zlib.crc32((salt + piece).encode("utf-8")) % (LM_VOCAB - 2) for piece in LM_TOKEN.findall(text)]
+    return ids
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def lm_logprobs(before: int, last: int, noise_seed: int = 0, noise: float = 0.0) -> tuple[float, ...]:
+    """log P(next | ..., before, last): Gaussian logits seeded by the two ids, one favoured token, EOS unlikely;
+    ``noise`` (seeded by ``noise_seed``) moves every logit, as a launch that computes the model differently."""
+    rng = random.Random(before * 1_000_003 + last * 7_919 + 17)
+    logits = [rng.gauss(0.0, LM_SPREAD) for _ in range(LM_VOCAB)]
+    logits[2 + (before * 31 + last * 17 + 5) % (LM_VOCAB - 2)] += LM_FAVOURED
+    logits[LM_EOS] = -8.0
+    logits[LM_BOS] = -30.0
+    if noise:
+        jitter = random.Random(noise_seed * 7_777 + before * 31 + last)
+        logits = [value + jitter.gauss(0.0, noise) for value in logits]
+    top = max(logits)
+    norm = top + math.log(sum(math.exp(value - top) for value in logits))
+    return tuple(value - norm for value in logits)
+
+
+def lm_top(logprobs: tuple[float, ...], k: int) -> list[list[Any]]:
+    best = sorted(range(len(logprobs)), key=lambda token: -logprobs[token])[:k]
+    return [[logprobs[token], token, None] for token in best]
+
+
 class Pacer:
     """When each token of a streamed answer is due (see the module docstring for the model)."""
 
@@ -268,6 +330,12 @@ class Pacer:
         finally:
             with self._lock:
                 self._active -= 1
+
+    @property
+    def active(self) -> int:
+        """Generation requests in progress now."""
+        with self._lock:
+            return self._active
 
     def interval(self) -> float:
         """Seconds from one token to the next at the current number of requests in progress."""
@@ -359,7 +427,66 @@ class StandinState:
         )
 
     def answer_for(self, prompt: str) -> str:
+        if self.mode == "constant":
+            return CONSTANT_ANSWER
         return GARBLE if self.mode == "garble" else rule_answer(prompt)
+
+    def distribution(self, ids: list[int], position: int, racing: bool = False) -> tuple[float, ...]:
+        """The logprob model's distribution for the token at ``position`` of ``ids`` (given those before it)."""
+        before = ids[position - 2] if position >= 2 else LM_BOS
+        last = ids[position - 1] if position >= 1 else LM_BOS
+        if self.mode == "constant":
+            return lm_logprobs(LM_BOS, LM_BOS)
+        if self.mode == "drift":
+            return lm_logprobs(before, last, 1, LM_DRIFT)
+        if racing:
+            return lm_logprobs(before, last, 2, LM_RACE)
+        return lm_logprobs(before, last)
+
+    def logprob_generate(self, request: dict[str, Any], racing: bool) -> dict[str, Any]:
+        """A non-streamed /generate with return_logprob, answered by the logprob model (module docstring)."""
+        params = request.get("sampling_params") or {}
+        max_new = params.get("max_new_tokens", 128)
+        ids = request.get("input_ids")
+        if not isinstance(ids, list):
+            ids = lm_tokenize(str(request.get("text") or ""), True, "x" if self.mode == "retokenized" else "")
+        ids = list(ids)
+        prompt_len = len(ids)
+        start = request.get("logprob_start_len", -1)
+        start = prompt_len if not isinstance(start, int) or start < 0 else start
+        k = request.get("top_logprobs_num") or 0
+        input_lp: list[Any] = []
+        input_top: list[Any] = []
+        for position in range(start, prompt_len):
+            if position == start:
+                input_lp.append([None, ids[position], None])
+                input_top.append(None)
+                continue
+            dist = self.distribution(ids, position)
+            input_lp.append([dist[ids[position]], ids[position], None])
+            input_top.append(lm_top(dist, k) if k else None)
+        output_lp: list[Any] = []
+        output_top: list[Any] = []
+        finish: dict[str, Any] = {"type": "length", "length": max_new}
+        for _ in range(max_new):
+            dist = self.distribution(ids, len(ids), racing and len(ids) > prompt_len + 2)
+            token = max(range(LM_VOCAB), key=lambda t: dist[t])
+            ids.append(token)
+            output_lp.append([dist[token], token, None])
+            output_top.append(lm_top(dist, k) if k else None)
+            if token == LM_EOS:
+                finish = {"type": "stop", "matched": LM_EOS}
+                break
+        self.count_tokens(len(output_lp))
+        meta: dict[str, Any] = {
+            "id": uuid.uuid4().hex, "finish_reason": finish, "prompt_tokens": prompt_len,
+            "completion_tokens": len(output_lp), "cached_tokens": 0, "weight_version": "default",
+        }
+        if self.mode != "no-logprobs":
+            meta.update({"input_token_logprobs": input_lp, "output_token_logprobs": output_lp})
+            if k:
+                meta.update({"input_top_logprobs": input_top, "output_top_logprobs": output_top})
+        return {"text": " ".join(f"w{token}" for token in ids[prompt_len:]), "output_ids": ids[prompt_len:], "meta_info": meta}
 
     def server_info(self) -> dict[str, Any]:
         """A trimmed ``/server_info``: sglang returns every ServerArgs field, api_key in clear."""
@@ -554,7 +681,7 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
                     "max_model_len": CONTEXT_LEN,
                 }
                 self._send(200, {"object": "list", "data": [card]})
-            elif self.path == "/server_info":
+            elif self.path in ("/server_info", "/get_server_info"):
                 self._send(200, state.server_info())
             elif self.path == "/metrics" and state.args.enable_metrics:
                 data = state.metrics_text().encode("utf-8")
@@ -597,6 +724,9 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
             if not self._authorized():
                 self._send(401, {"error": "Unauthorized"})
                 return
+            if self.path in ("/tokenize", "/v1/tokenize"):
+                self._tokenize(raw)
+                return
             if self.path not in GENERATION_ROUTES:
                 self._send(404, {"detail": "Not Found"})
                 return
@@ -624,6 +754,11 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
             with state.pacer.request():
                 if state.mode in ("stall", "busy"):
                     self._stall(bool(request.get("stream")))
+                elif self.path == "/generate" and request.get("return_logprob") and not request.get("stream"):
+                    if state.mode == "batch-race":
+                        time.sleep(0.05)  # hold the request, so that a batch's requests run together
+                    racing = state.mode == "batch-race" and state.pacer.active > 1
+                    self._send(200, state.logprob_generate(request, racing))
                 elif self.path == "/generate":
                     self._generate(request)
                 elif self.path == "/v1/completions":
@@ -632,6 +767,26 @@ def make_handler(state: StandinState) -> type[BaseHTTPRequestHandler]:
                     self._chat_stream(request)
                 else:
                     self._send(200, state.complete(request))
+
+        def _tokenize(self, raw: bytes) -> None:
+            """sglang's /tokenize (openai/serving_tokenize.py): one prompt, or a list of them."""
+            try:
+                request = json.loads(raw or b"null")
+            except ValueError:
+                request = None
+            prompt = request.get("prompt") if isinstance(request, dict) else None
+            if not isinstance(prompt, (str, list)):
+                self._send(400, {"object": "error", "message": "prompt: Field required", "type": "BadRequestError", "code": 400})
+                return
+            special = bool(request.get("add_special_tokens", True))
+            salt = "x" if state.mode == "retokenized" else ""
+            if isinstance(prompt, str):
+                tokens: Any = lm_tokenize(prompt, special, salt)
+                count: Any = len(tokens)
+            else:
+                tokens = [lm_tokenize(str(p), special, salt) for p in prompt]
+                count = [len(t) for t in tokens]
+            self._send(200, {"tokens": tokens, "count": count, "max_model_len": CONTEXT_LEN})
 
         def _request_problem(self, request: Any) -> Optional[str]:
             if not isinstance(request, dict):

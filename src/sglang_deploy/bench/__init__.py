@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from sglang_deploy_host import bench as host_bench
 from sglang_deploy import inputfiles
+from sglang_deploy.bench import quality
 from sglang_deploy.launch import validator_venv
 from sglang_deploy.lanes import Lane
 
@@ -442,6 +443,7 @@ def describe(run: Run) -> list[str]:
         "launch flags: " + (" ".join(_flag_words(meta["flags"])) if meta.get("flags") else
                             "the server's own arguments are its /server_info, in each record of results.jsonl"),
         f"checkout: {meta.get('git_revision', '?')} (sglang-deploy {meta.get('tool_version', '?')})",
+        f"quality: {(quality.of_run(meta) or {}).get('line') or 'not checked (bench --quality-reference REF checks it)'}",
     ]
     gpus = (meta.get("gpu_facts") or {}).get("gpus") or []
     if gpus:
@@ -528,6 +530,10 @@ def overall(run: Run) -> str:
     inert = inert_points(run.points())
     if inert:
         return inert_line(inert)
+    checked = quality.of_run(run.meta)
+    if not quality.passed(checked):
+        assert checked is not None
+        return f"QUALITY {checked['verdict']}: {checked['line']}"
     if run.verdict_problem is not None:
         return f"NO VERDICT ({run.verdict_problem})"
     if run.verdict is not None and run.verdict.regressions:
@@ -621,6 +627,8 @@ class Side:
     failed: dict[int, str]
     input_len: int | None = None
     output_len: int | None = None
+    # The run's quality check (bench/quality.py), None when not checked (or a baseline file).
+    quality: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -651,7 +659,7 @@ def side_of_run(directory: Path, run: Run) -> Side:
     failed = {step["concurrency"]: str(step.get("problem")) for step in run.failed_steps}
     lengths = [value if isinstance(value, int) else None for value in (settings.get("input_len"), settings.get("output_len"))]
     return Side(str(directory), f"run of {run.meta.get('started', '?')} against {run.meta.get('host', '?')}",
-                run.points(), failed, lengths[0], lengths[1])  # fmt: skip
+                run.points(), failed, lengths[0], lengths[1], quality.of_run(run.meta))  # fmt: skip
 
 
 def _baseline_records(spec: str) -> dict[int, dict[str, Any]]:
@@ -724,6 +732,8 @@ class RunComparison:
         failed = f"; B FAILED at concurrency {', '.join(map(str, self.b_failed))}" if self.b_failed else ""
         if self.b_inert:
             failed += f"; B is {inert_line(self.b_inert)}"
+        if self.a.quality is not None or self.b.quality is not None:
+            failed += f"; quality A: {quality.brief(self.a.quality)}, B: {quality.brief(self.b.quality)}"
         if not judged:
             return "NOTHING TO COMPARE: no concurrency where both sides measured output throughput" + failed
         ratios = ", ".join(f"{r:.2f}x at {c}" for c, r in judged)
@@ -740,9 +750,9 @@ class RunComparison:
 
     @property
     def ok(self) -> bool:
-        """B neither failed a step, nor fell below A beyond the threshold, nor drafted for nothing (the
-        exit status)."""
-        return bool(self.judged()) and not self.slower and not self.b_failed and not self.b_inert
+        """B neither failed a step, nor fell below A beyond the threshold, nor drafted for nothing, nor failed its
+        quality check (the exit status)."""
+        return bool(self.judged()) and not self.slower and not self.b_failed and not self.b_inert and quality.passed(self.b.quality)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -750,6 +760,7 @@ class RunComparison:
             "b": {"name": self.b.name, "source": self.b.source},
             "threshold": self.threshold,
             "verdict": self.verdict(),
+            "quality": {"a": self.a.quality, "b": self.b.quality},
             "notes": list(self.notes),
             "rows": [
                 {"concurrency": row.concurrency, "a_failed": row.a_failed, "b_failed": row.b_failed,
@@ -795,6 +806,8 @@ def compare_markdown(comparison: RunComparison, plot_name: str) -> str:
         for side, problem in (("A", row.a_failed), ("B", row.b_failed)):
             if problem:
                 out.append(f"\n{side} failed at concurrency {row.concurrency}: {problem}")
+    for side, kept in (("A", comparison.a.quality), ("B", comparison.b.quality)):
+        out.append(f"\nQuality of {side}: {(kept or {}).get('line') or 'not checked'}")
     out += ["", f"![A and B against concurrency]({plot_name})", "", f"Verdict: **{comparison.verdict()}**", ""]
     return "\n".join(out)
 

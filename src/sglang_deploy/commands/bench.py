@@ -33,7 +33,9 @@ from rich.table import Table
 
 from sglang_deploy_host import bench as host_bench
 from sglang_deploy_host import endpoint
+from sglang_deploy_host import quality as host_quality
 from sglang_deploy import __version__, bench
+from sglang_deploy.bench import quality as bench_quality
 from sglang_deploy.playbook import runner
 from sglang_deploy.commands import (
     ApiKeyError,
@@ -119,6 +121,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "sweep beside A. Table, one plot and a verdict (compare.md, compare.png, compare.json)",
     )  # fmt: skip
     verdict.add_argument(
+        "--quality-reference", metavar="REF",
+        help="after the sweep, check the launch against this quality reference (sglang-deploy quality record): the "
+        "verdict is kept in the run and shown beside the speed; a FAIL fails the run (docs/quality.md)",
+    )  # fmt: skip
+    verdict.add_argument(
         "--threshold", type=float, default=bench.DEFAULT_THRESHOLD,
         help="a throughput below (1 - THRESHOLD) x the baseline's is a regression (default 0.10)",
     )  # fmt: skip
@@ -151,8 +158,9 @@ def run(args: argparse.Namespace) -> int:
     if args.compare and len(args.compare) > 2:
         return usage_error("bench", f"--compare takes one run (with -i/--endpoint) or two (A B), not {len(args.compare)}")
     if args.compare and len(args.compare) == 2:
-        if args.endpoint or args.inventory or args.limit or args.baseline:
-            return usage_error("bench", "--compare A B compares two stored runs; it runs no sweep (drop -i/--endpoint/--baseline)")
+        if args.endpoint or args.inventory or args.limit or args.baseline or args.quality_reference:
+            return usage_error("bench", "--compare A B compares two stored runs (with the quality verdicts they keep); it runs no "
+                               "sweep (drop -i/--endpoint/--baseline/--quality-reference)")
         return run_compare(args.compare[0], args.compare[1], args.threshold, out)
     try:
         # Everything that can be refused before a host or server is contacted (the plan itself needs
@@ -173,6 +181,10 @@ def run(args: argparse.Namespace) -> int:
     except (host_bench.BenchError, bench.BenchInputError) as err:
         return usage_error("bench", str(err))
     args.compare_side = against
+    try:
+        args.quality = host_quality.load_reference(args.quality_reference) if args.quality_reference else None
+    except host_quality.QualityInputError as err:
+        return usage_error("bench", f"--quality-reference {err}")
     if args.endpoint:
         if args.inventory or args.limit:
             return usage_error("bench", "--endpoint benchmarks one URL; it does not take -i/-l")
@@ -241,8 +253,23 @@ def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench.Baseline |
         "git_revision": bench.git_revision(runner.project_dir()), "gpu_facts": None, "flags": None,
         "settings": _settings(args),
     }  # fmt: skip
+    if args.quality is not None:
+        meta["quality"] = _check_endpoint(args.quality, endpoint.Endpoint(args.endpoint, api_key=api_key, cafile=cafile))
     return _finish([(out / label / bench.utc_stamp(started), bench.Run(meta=meta, steps=results))], baseline, args.threshold, notes,
                    args.compare_side)
+
+
+def _check_endpoint(reference: host_quality.Reference, target: endpoint.Endpoint) -> dict[str, Any]:
+    """The quality check of the benchmarked server, as a run keeps it (bench/quality.py)."""
+    _console.print(f"quality check against the reference recorded {escape(reference.recorded)} ...")
+    try:
+        verdict = host_quality.check(target, reference)
+    except (host_quality.NoVerdictError, endpoint.EndpointError) as err:
+        kept = bench_quality.summary(None, " ".join(str(err).split()))
+    else:
+        kept = bench_quality.summary(verdict.to_dict())
+    _console.print(f"[{'green' if bench_quality.passed(kept) else 'red'}]{escape(kept['line'])}[/]")
+    return kept
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -314,6 +341,7 @@ def run_inventory(args: argparse.Namespace, out: Path, baseline: bench.Baseline 
         "tool": "sglang-deploy bench", "tool_version": __version__, "mode": "inventory",
         "started": stamp, "finished": bench.utc_stamp(), "git_revision": bench.git_revision(project),
     }  # fmt: skip
+    checked = _check_inventory(args, inventories) if args.quality is not None else {}
     runs = []
     for directory in sorted(out.glob(f"*/{stamp}")):
         try:
@@ -325,12 +353,29 @@ def run_inventory(args: argparse.Namespace, out: Path, baseline: bench.Baseline 
         run.meta["bench_from"] = f"{run.meta.get('python', '?')} (the ml-env) on the host"
         run.meta["url"] = f"{endpoint.base_url(flags)} on {run.meta.get('host', '?')}"
         run.meta["model"] = endpoint.served_model_name(flags)
+        if args.quality is not None:
+            run.meta["quality"] = checked.get(str(run.meta.get("host")), bench_quality.summary(None, "the host ran no check"))
         runs.append((directory, run))
     status = _finish(runs, baseline, args.threshold, notes, args.compare_side) if runs else 1
     if result.rc != 0 or not runs:
         _console.print(f"[red]the benchmark playbook failed[/] ({result.status}); artifacts: {result.config.artifact_dir}")
         return max(status, 1)
     return status
+
+
+def _check_inventory(args: argparse.Namespace, inventories: list[str]) -> dict[str, dict[str, Any]]:
+    """The quality check on each benchmarked host (playbooks/quality.yml), as the runs keep it, by host."""
+    from sglang_deploy.commands.quality import quality_via_ansible
+
+    results = quality_via_ansible(inventories, args.limit, {
+        "sglang_deploy_quality_action": "check", "sglang_deploy_quality_reference": str(Path(args.quality_reference).resolve()),
+    })  # fmt: skip
+    kept = {}
+    for host, result in results.items():
+        verdict = result.get("verdict")
+        kept[host] = bench_quality.summary(verdict) if isinstance(verdict, dict) else bench_quality.summary(None, str(result.get("msg") or "?"))
+        _console.print(f"{escape(host)}: {escape(kept[host]['line'])}")
+    return kept
 
 
 # --- the report -----------------------------------------------------------------------------------

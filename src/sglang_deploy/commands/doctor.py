@@ -20,13 +20,16 @@ from typing import Any
 from sglang_deploy import inputfiles
 from sglang_deploy.observe import doctor
 from sglang_deploy.commands import missing_role_defaults, role_defaults
-from sglang_deploy_host import watchdog
+from sglang_deploy_host import quality, watchdog
 
 DEFAULT_JOURNAL_LINES = 5000
 # journalctl -n bounds the lines, not their length: what comes back is capped like a log file too.
 MAX_JOURNAL_LINES = 100_000
 LOG_MAX_BYTES = inputfiles.DEFAULT_MAX_BYTES
 _UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@\\-]+")
+_STATE_DIR = re.compile(r"/[A-Za-z0-9._/-]*")
+# The verdict line a host keeps (quality.py): one line, a few hundred bytes.
+VERDICT_MAX_BYTES = 8192
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -40,8 +43,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("-i", "--inventory", help="read the unit's journal on this inventory's hosts")
     p.add_argument("--host", help="host or pattern (default: sglang_servers)")
     # The server role's unit name is the one default (roles/sglang_server/defaults/main.yml).
-    unit = role_defaults("sglang_server").get("sglang_server_name")
+    defaults = role_defaults("sglang_server")
+    unit = defaults.get("sglang_server_name")
     p.add_argument("--unit", default=unit, help=f"systemd unit (default: {unit})")
+    state_dir = defaults.get("sglang_server_quality_state_dir")
+    p.add_argument(
+        "--quality-state-dir", default=state_dir,
+        help=f"where the hosts keep the last quality check's verdict, <dir>/<unit>.quality (default: {state_dir})",
+    )  # fmt: skip
     p.add_argument("--lines", type=int, default=DEFAULT_JOURNAL_LINES,
                    help=f"journal lines to read (1 to {MAX_JOURNAL_LINES:,}; default {DEFAULT_JOURNAL_LINES})")
     p.add_argument("--plan", help="`sglang-deploy plan --json` output, to fill planner values")
@@ -51,7 +60,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     # --unit is the journal's unit on the hosts of -i; a log file needs none.
-    refused = missing_role_defaults("doctor", "sglang_server", {"--unit": args.unit}) if args.inventory else None
+    refused = (
+        missing_role_defaults("doctor", "sglang_server", {"--unit": args.unit, "--quality-state-dir": args.quality_state_dir})
+        if args.inventory else None
+    )  # fmt: skip
     if refused is not None:
         return refused
     if args.log and args.inventory:
@@ -64,6 +76,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if not _UNIT_NAME.fullmatch(args.unit):
         print(f"doctor: --unit {args.unit!r} is not a systemd unit name", file=sys.stderr)
         return 2
+    if args.inventory and not _STATE_DIR.fullmatch(str(args.quality_state_dir)):
+        print(f"doctor: --quality-state-dir {args.quality_state_dir!r} is not an absolute path of plain characters", file=sys.stderr)
+        return 2
     if args.inventory and not 1 <= args.lines <= MAX_JOURNAL_LINES:
         print(f"doctor: --lines {args.lines}: want 1 to {MAX_JOURNAL_LINES:,} journal lines", file=sys.stderr)
         return 2
@@ -73,7 +88,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             plan = doctor.load_plan(args.plan)
         if args.inventory:
             logs = journal_via_ansible(args.inventory, args.host or "sglang_servers", args.unit,
-                                       args.lines)
+                                       args.lines, quality.verdict_path(args.quality_state_dir, args.unit))
         elif args.log == "-":
             logs = {"stdin": inputfiles.read_stream_text(sys.stdin.buffer, "stdin", LOG_MAX_BYTES)}
         else:
@@ -103,8 +118,9 @@ class JournalError(RuntimeError):
     """The journal could not be read from a host."""
 
 
-def journal_via_ansible(inventory: str, pattern: str, unit: str, lines: int) -> dict[str, str]:
-    """``journalctl -u UNIT`` on each matching host through ansible-runner: host -> text.
+def journal_via_ansible(inventory: str, pattern: str, unit: str, lines: int, verdict_file: str = "") -> dict[str, str]:
+    """``journalctl -u UNIT`` on each matching host through ansible-runner, then the last quality check's verdict
+    line (``verdict_file``, when the host has one): host -> text.
 
     An inventory that does not parse or matches no host raises runner.InventoryError first.
     """
@@ -141,7 +157,7 @@ def journal_via_ansible(inventory: str, pattern: str, unit: str, lines: int) -> 
             inventory=str(Path(inventory).resolve()),
             host_pattern=pattern,
             module="ansible.builtin.command",
-            module_args=journal_command(unit, lines),
+            module_args=journal_command(unit, lines, verdict_file),
         )
     if failures:
         raise JournalError("could not read the journal: " + "; ".join(" ".join(f.split()) for f in failures))
@@ -153,16 +169,20 @@ def journal_via_ansible(inventory: str, pattern: str, unit: str, lines: int) -> 
     return outputs
 
 
-def journal_command(unit: str, lines: int) -> str:
+def journal_command(unit: str, lines: int, verdict_file: str = "") -> str:
     """The command that prints the journal's last ``lines`` of the unit and its watchdog on a host,
     cut there (``head -c``) just past LOG_MAX_BYTES, so that long lines cannot send more back (2 bytes
     past: Ansible strips one trailing newline, and a cut journal must still read as over the cap);
-    pipefail keeps journalctl's own failure the command's."""
+    pipefail keeps journalctl's own failure the command's. Then the first line of ``verdict_file`` (the
+    last quality check's verdict, root's file) when it is a regular file, bounded too."""
     units = f"-u {shlex.quote(unit)} -u {shlex.quote(watchdog.unit_name(unit))}"
     script = (
         f"set -o pipefail; journalctl {units} --no-pager -o cat -n {int(lines)} "
         f"| head -c {LOG_MAX_BYTES + 2}"
     )
+    if verdict_file:
+        quoted = shlex.quote(verdict_file)
+        script = f"{script} && {{ if [ -f {quoted} ] && [ ! -L {quoted} ]; then head -c {VERDICT_MAX_BYTES} {quoted} | head -n 1; fi; }}"
     return shlex.join(["bash", "-c", script])
 
 

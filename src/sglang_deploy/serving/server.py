@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from sglang_deploy_host import endpoint, gpufacts, systemd
+from sglang_deploy_host import endpoint, gpufacts, quality, systemd
 from sglang_deploy_host import watchdog as host_watchdog
 from sglang_deploy.launch import checkpoints, fp4_gemm
 from sglang_deploy.memory import planner
@@ -88,6 +88,8 @@ class ServerInputs:
     checkpoint_revision: str = ""
     # TLS on the endpoint: the control node's certfile, keyfile, cafile ("" = plain HTTP) and the host's dir.
     tls: Mapping[str, Any] | None = None
+    # The quality check after the readiness gate: reference ("" = none), thresholds, the host's state_dir.
+    quality: Mapping[str, Any] | None = None
 
     @classmethod
     def from_vars(cls, values: Mapping[str, Any]) -> ServerInputs:
@@ -139,6 +141,7 @@ class ResolvedServer:
     checkpoint: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     tls: dict[str, Any] = field(default_factory=dict)
+    quality: dict[str, Any] = field(default_factory=dict)
     basis: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -153,7 +156,7 @@ class ResolvedServer:
         :func:`jitcache.resolve` (``{}`` without a kept disk); ``checkpoint``: what is known of the served
         checkpoint's draft and experts and from where (``{}``: nothing, :func:`_checkpoint_summary`);
         ``warnings``: what the operator should read before the unit starts (nothing refused); ``tls``: :func:`_tls`
-        (``{}`` for plain HTTP); ``basis``: what it was resolved from (:func:`basis`), so the role resolves again only when that changed."""
+        (``{}`` for plain HTTP); ``quality``: :func:`_quality` (``{}`` without a reference); ``basis``: what it was resolved from (:func:`basis`), so the role resolves again only when that changed."""
         return asdict(self)
 
 
@@ -285,7 +288,30 @@ def _resolve(
         checkpoint=_checkpoint_summary(verdict),
         warnings=warnings,
         tls=served_tls,
+        quality=_quality(inputs, str(unit["name"])),
     )
+
+
+def _quality(inputs: ServerInputs, unit_name: str) -> dict[str, Any]:
+    """The quality check after the readiness gate (module_utils/sglang_deploy_host/quality.py): the control node's
+    ``reference``, the ``thresholds`` that replace the reference's own, and the host's ``verdict_file`` (what
+    ``doctor -i`` reads); ``{}`` without a reference. The reference's content is judged by the validate play."""
+    values = dict(inputs.quality or {})
+    reference = str(values.get("reference") or "")
+    if not reference:
+        return {}
+    if not reference.startswith("/"):
+        raise ResolveError(
+            f"sglang_server_quality_reference={reference}: not an absolute path. Fix: e.g. "
+            "\"{{ inventory_dir }}/quality/reference.json\" (a relative one would be looked up in a role's files/)"
+        )
+    thresholds = dict(values.get("thresholds") or {})
+    try:
+        quality.Thresholds().merged(thresholds, "sglang_server_quality_thresholds")
+    except quality.QualityInputError as err:
+        raise ResolveError(str(err)) from None
+    state_dir = systemd.absolute_path("sglang_server_quality_state_dir", values.get("state_dir"))
+    return {"reference": reference, "thresholds": thresholds, "verdict_file": quality.verdict_path(state_dir, unit_name)}
 
 
 # The lane's sglang flags that serve TLS, by the file they take (server_args.py: uvicorn's ssl_* settings). The CA

@@ -24,10 +24,12 @@ import os
 import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.x509 import verification
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.x509 import verification
 
 # The variables, by the role of their file (also the keys of the resolved ``tls`` and of its ``source``).
 VARIABLES = {
@@ -41,6 +43,17 @@ MAX_FILE_BYTES = 4 * 1024 * 1024
 RENEW_WARNING_DAYS = 21
 # What an ansible-vault file starts with: its mode protects ciphertext only, so it is not judged.
 VAULT_HEADER = b"$ANSIBLE_VAULT;"
+
+
+def _crypto() -> tuple[ModuleType, ModuleType, ModuleType]:
+    """cryptography's x509, serialization and verification, imported when a certificate is judged: the CLI
+    imports this module for its names alone (server.py), and a machine without cryptography (the device's
+    image) still runs every command that judges no certificate."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.x509 import verification
+
+    return x509, serialization, verification
 
 
 class TlsError(ValueError):
@@ -61,6 +74,7 @@ class TlsFile:
 def names_of(certificate: x509.Certificate) -> list[str]:
     """The names a certificate vouches for: its subjectAltName's DNS names and IP addresses (clients ignore
     the subject's CN when a SAN is present, and the web PKI rules require one)."""
+    x509, _, _ = _crypto()
     try:
         san = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
@@ -78,6 +92,7 @@ def client_name(name: str) -> str:
 
 
 def _subject(name: str) -> verification.DNSName | verification.IPAddress:
+    _, _, verification = _crypto()
     try:
         return verification.IPAddress(ipaddress.ip_address(name))
     except ValueError:
@@ -85,6 +100,7 @@ def _subject(name: str) -> verification.DNSName | verification.IPAddress:
 
 
 def _certificates(file: TlsFile, variable: str, problems: list[str]) -> list[x509.Certificate]:
+    x509, _, _ = _crypto()
     try:
         found = x509.load_pem_x509_certificates(file.content)
     except ValueError:
@@ -95,6 +111,7 @@ def _certificates(file: TlsFile, variable: str, problems: list[str]) -> list[x50
 
 
 def _fingerprint(certificate: x509.Certificate) -> str:
+    _, serialization, _ = _crypto()
     return hashlib.sha256(certificate.public_bytes(serialization.Encoding.DER)).hexdigest()
 
 
@@ -143,6 +160,7 @@ def judge(
 
 def _covered(listed: Sequence[str], name: str) -> bool:
     """Whether ``name`` matches one of a certificate's names (a wildcard as clients match it)."""
+    _, _, verification = _crypto()
     if name in listed:
         return True
     subject = _subject(name)
@@ -156,6 +174,7 @@ def _covered(listed: Sequence[str], name: str) -> bool:
 
 
 def _judge_key(key: TlsFile, leaf: x509.Certificate | None, cert_path: str, problems: list[str]) -> None:
+    _, serialization, _ = _crypto()
     where = f"{VARIABLES['keyfile']}={key.path}"
     if not key.vaulted and stat.S_IMODE(key.mode) & 0o004:
         problems.append(
@@ -194,6 +213,7 @@ def _judge_chain(
     ca_path: str,
     problems: list[str],
 ) -> None:
+    _, _, verification = _crypto()
     store = verification.Store(anchors)
     for name in names:
         verifier = verification.PolicyBuilder().store(store).time(now).build_server_verifier(_subject(name))

@@ -75,3 +75,48 @@ def test_the_training_script_writes_a_draft_the_inspection_reads(tmp_path: Path)
     assert len(with_draft.draft_tensors_present) == report["draft_tensors"] and with_draft.draft_bytes == report["draft_bytes"]
     without = checkpoint.inspect(tmp_path / "tiny-mtp-nodraft")
     assert without.speculative == "missing" and without.draft_tensors_missing == with_draft.draft_tensors_present
+
+
+def test_the_quality_evidence_hosts_change_one_thing_each(rendered: Path) -> None:
+    """inventory/device's q-* hosts (the quality check's evidence, docs/quality.md): mtp-off's launch with one change
+    each - a restart (none), an FP8 E5M2 or E4M3 KV cache, a RoPE base the weights were not trained with."""
+    off = _argv(rendered, "mtp-off")
+
+    def changes(host: str) -> dict[str, str]:
+        argv = _argv(rendered, host)
+        flags = {word: argv[i + 1] for i, word in enumerate(argv[:-1]) if word.startswith("--") and not argv[i + 1].startswith("--")}
+        base = {word: off[i + 1] for i, word in enumerate(off[:-1]) if word.startswith("--") and not off[i + 1].startswith("--")}
+        assert [w for w in argv if w.startswith("--")] == [w for w in off if w.startswith("--")] + [
+            w for w in argv if w.startswith("--") and w not in off], host
+        return {k: v for k, v in flags.items() if base.get(k) != v and k != "--api-key"}
+
+    assert changes("q-restart") == {}
+    assert changes("q-kv-fp8-e5m2") == {"--kv-cache-dtype": "fp8_e5m2"}
+    assert changes("q-kv-fp8-e4m3") == {"--kv-cache-dtype": "fp8_e4m3"}
+    drift = changes("q-rope-drift")
+    assert json.loads(drift["--json-model-override-args"]) == {"rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}
+
+
+def test_the_tiny_models_prompt_set_speaks_its_language(tmp_path: Path) -> None:
+    """scripts/device/quality_prompts_tiny.py: the shipped set's shape (5 short prompts, one over 8,192 tokens) in the
+    tiny model's tokN words, each continuation going on from its prompt and changing stride twice; the same file on
+    every run; a valid prompt set."""
+    from sglang_deploy_host import quality
+
+    script = ROOT / "scripts" / "device" / "quality_prompts_tiny.py"
+    for name in ("a.yml", "b.yml"):
+        done = subprocess.run([sys.executable, str(script), str(tmp_path / name)], capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+    assert (tmp_path / "a.yml").read_bytes() == (tmp_path / "b.yml").read_bytes()
+    prompts = quality.load_prompt_set(tmp_path / "a.yml")
+    assert [p.name for p in prompts.prompts] == ["short-1", "short-2", "short-3", "short-4", "short-5", "long-context"]
+    assert len(prompts.prompts[-1].prompt.split()) >= 8192 and prompts.prompts[-1].min_prompt_tokens == 8192
+    sys.path.insert(0, str(ROOT / "scripts" / "device"))
+    from progressions import SPECIALS, VOCAB
+
+    span = VOCAB - SPECIALS
+    for prompt in prompts.prompts:
+        ids = [int(word.removeprefix("tok")) for word in (prompt.prompt + prompt.continuation).split()]
+        assert all(SPECIALS <= i < VOCAB for i in ids)
+        steps = [(b - a) % span for a, b in zip(ids[-33:], ids[-32:])]  # the continuation's strides
+        assert sum(1 for a, b in zip(steps, steps[1:]) if a != b) == 2, (prompt.name, steps)

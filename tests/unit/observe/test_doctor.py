@@ -169,6 +169,27 @@ def test_a_failing_journalctl_fails_the_command(tmp_path: Path) -> None:
     assert failing.returncode == 1 and "No journal files" in failing.stderr
 
 
+def test_the_last_quality_verdict_follows_the_journal_and_the_doctor_names_it(tmp_path: Path) -> None:
+    """doctor -i's command prints the host's kept verdict line (quality.py) after the journal: its first line,
+    bounded; a missing file or a link in its place prints nothing; a FAIL line is named with its fix."""
+    verdict = tmp_path / "sglang.quality"
+    failed = (LOGS / "quality-check-failed" / "batch-race.log").read_text().splitlines()[-1]
+    verdict.write_text(failed + "\nsecond line\n")
+    env = _fake_journalctl(tmp_path, "echo 'INFO the journal'")
+    argv = shlex.split(doctor_command.journal_command("sglang", 5, str(verdict)))
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0 and done.stdout == f"INFO the journal\n{failed}\n"
+    assert [f.id for f in doctor.diagnose(done.stdout.splitlines())] == ["quality-check-failed"]
+    verdict.unlink()
+    verdict.symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").write_text(failed + "\n")
+    linked = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert linked.returncode == 0 and linked.stdout == "INFO the journal\n"
+    verdict.unlink()
+    missing = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert missing.returncode == 0 and missing.stdout == "INFO the journal\n"
+
+
 def test_the_journal_command_quotes_the_unit() -> None:
     """ansible.builtin.command splits its free-form line like shlex: bash gets the script whole."""
     bash, flag, script = shlex.split(doctor_command.journal_command("sglang@a\\x2db", 5))

@@ -3,6 +3,7 @@ and both pass `sglang-deploy validate` (the server's and the router's pinned par
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -132,6 +133,45 @@ def test_tls_files_are_judged_before_any_host_and_a_vaulted_key_is_read(tmp_path
     assert done.returncode != 0, out
     for host in ("glm5-01", "glm5-02", "glm5-03"):
         assert f"host {host}: sglang_server_tls_certfile={expired['certfile']}: the certificate expired on" in out, out
+
+
+def test_a_quality_reference_is_judged_before_any_host(tmp_path: Path) -> None:
+    """inventory/proxmox with sglang_server_quality_reference (issue 42): `validate` (the validate play's
+    sglang_validate_quality) reads the reference whole and passes one recorded for the served model (glm-5);
+    it refuses one recorded for another model, a malformed one and a relative path, naming the host, the
+    variable, the file and the fix - with no host contacted. The references are recorded on the stand-in."""
+    from conftest import StandinProcess
+
+    from sglang_deploy_host import endpoint, quality
+
+    references = {}
+    for model in ("glm-5", "glm-5.1"):
+        server = StandinProcess(tmp_path / f"{model}.log", "--served-model-name", model, "--standin-load-delay", "0")
+        try:
+            references[model] = quality.record(endpoint.Endpoint(server.url), model, quality.load_prompt_set())
+        finally:
+            server.stop()
+    inventory = tmp_path / "inventory"
+    shutil.copytree(ROOT / "inventory" / "proxmox", inventory)
+    (inventory / "quality").mkdir()
+    good, other, broken = (inventory / "quality" / name for name in ("glm-5.json", "glm-5.1.json", "broken.json"))
+    good.write_text(json.dumps(references["glm-5"]))
+    other.write_text(json.dumps(references["glm-5.1"]))
+    broken.write_text(json.dumps({**references["glm-5"], "prompts": "none"}))
+    quality_vars = inventory / "group_vars" / "sglang_servers" / "quality.yml"
+    quality_vars.write_text(f"sglang_server_quality_reference: {good}\n")
+    done = _validate(inventory)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for path, expected in (
+        (other, f"host glm5-01: sglang_server_quality_reference={other} was recorded for the served model 'glm-5.1', "
+                "this host serves 'glm-5'. Fix: record a reference for this model"),
+        (broken, f"host glm5-01: sglang_server_quality_reference={broken}: {broken}: prompts must be a list of 1 to 64"),
+        ("quality/glm-5.json", "sglang_server_quality_reference=quality/glm-5.json: not an absolute path"),
+    ):  # fmt: skip
+        quality_vars.write_text(f"sglang_server_quality_reference: {path}\n")
+        done = _validate(inventory)
+        out = done.stdout + done.stderr
+        assert done.returncode != 0 and expected in " ".join(out.split()), out
 
 
 def test_init_writes_the_proxmox_layout_into_a_new_directory_and_it_validates(tmp_path: Path) -> None:

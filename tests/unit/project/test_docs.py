@@ -39,6 +39,9 @@ GENERATED = (
 TO_CREATE = {
     "inventory/proxmox/group_vars/sglang_servers/vault.yml",
     "inventory/proxmox/group_vars/proxmox_nodes/vault.yml",
+    # docs/quality.md: the conservative launch's override and the first reference, made on the box.
+    "inventory/proxmox/host_vars/glm5-01.yml",
+    "inventory/proxmox/quality/glm-5.json",
 }
 
 # Citations of files that live outside the repository (its authors' notes, a shared directory).
