@@ -8,7 +8,7 @@ import datetime
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -38,7 +38,7 @@ def _san(names: Sequence[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(entries)
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey, password: bytes | None = None) -> bytes:
+def _pem_key(key: Any, password: bytes | None = None) -> bytes:
     encryption = serialization.BestAvailableEncryption(password) if password else serialization.NoEncryption()
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
 
@@ -48,14 +48,14 @@ class TestCA:
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, name: str = "sglang-deploy test CA") -> None:
+    def __init__(self, name: str = "sglang-deploy test CA", *, not_after: datetime.datetime | None = None) -> None:
         self.key = ec.generate_private_key(ec.SECP256R1())
         self.name = _name(name)
         self.cert = (
             x509.CertificateBuilder()
             .subject_name(self.name).issuer_name(self.name).public_key(self.key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(NOW - datetime.timedelta(days=1)).not_valid_after(NOW + datetime.timedelta(days=3650))
+            .not_valid_before(NOW - datetime.timedelta(days=1)).not_valid_after(not_after or NOW + datetime.timedelta(days=3650))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()), critical=False)
@@ -73,8 +73,10 @@ class TestCA:
         not_before: datetime.datetime | None = None,
         not_after: datetime.datetime | None = None,
         password: bytes | None = None,
+        key: Any = None,
     ) -> Issued:
-        key = ec.generate_private_key(ec.SECP256R1())
+        """A server certificate for ``names``, on a new P-256 key or on ``key`` (any private key cryptography makes)."""
+        key = key if key is not None else ec.generate_private_key(ec.SECP256R1())
         cert = (
             x509.CertificateBuilder()
             .subject_name(_name(names[0])).issuer_name(self.name).public_key(key.public_key())

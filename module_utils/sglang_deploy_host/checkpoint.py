@@ -183,7 +183,14 @@ def _json(path: Path, what: str, max_bytes: int) -> Any:
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as err:
-        raise CheckpointError(f"{what} {path} is not JSON ({err})") from None
+        raise CheckpointError(f"{what} {path} is not JSON ({safetensors.shown(str(err))})") from None
+    except RecursionError:
+        raise CheckpointError(f"{what} {path} is not a checkpoint's (JSON nested too deeply)") from None
+
+
+# The largest count a config may give (a real model's are far below): a hostile one would make the inspection
+# build millions of names.
+MAX_COUNTS = {"num_hidden_layers": 10_000, "num_nextn_predict_layers": 16, "vocab_size": 10_000_000, "hidden_size": 1_000_000}
 
 
 def _int(config: Dict[str, Any], key: str, default: Optional[int] = None) -> int:
@@ -191,8 +198,25 @@ def _int(config: Dict[str, Any], key: str, default: Optional[int] = None) -> int
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         if value is None:
             raise CheckpointError(f"{CONFIG_NAME} has no {key}")
-        raise CheckpointError(f"{CONFIG_NAME}: {key} = {value!r} is not a count")
+        raise CheckpointError(f"{CONFIG_NAME}: {key} = {safetensors.shown(repr(value))} is not a count")
+    if value > MAX_COUNTS.get(key, value):
+        raise CheckpointError(f"{CONFIG_NAME}: {key} = {value} is more than any real model has (at most {MAX_COUNTS[key]:,})")
     return value
+
+
+def _within(root: Path, path: Path, what: str) -> Path:
+    """``path`` (a file of the checkpoint), if it lies inside the checkpoint once links are resolved - or, for a
+    Hugging Face cache snapshot (``.../snapshots/<revision>``), in its repository's ``blobs/``; CheckpointError
+    otherwise: a link out of the checkpoint would make the inspection read (and judge) a file it does not hold."""
+    real = Path(os.path.realpath(path))
+    base = Path(os.path.realpath(root))
+    homes = [base] + ([base.parent.parent / "blobs"] if base.parent.name == "snapshots" else [])
+    if not any(real == home or home in real.parents for home in homes):
+        raise CheckpointError(
+            f"{what} {safetensors.shown(str(path))} is a link out of the checkpoint (to {safetensors.shown(str(real))}): "
+            "not read. Fix: copy the file into the checkpoint directory"
+        )
+    return path
 
 
 def _text_config(config: Any) -> Dict[str, Any]:
@@ -222,13 +246,15 @@ def _weight_map(directory: Path) -> Tuple[Dict[str, str], List[str]]:
         if (directory / SINGLE_SHARD).exists():
             return {}, [SINGLE_SHARD]
         raise AbsentCheckpointError(f"neither {INDEX_NAME} nor {SINGLE_SHARD} in {directory}")
-    index = _json(index_path, "the index", INDEX_MAX_BYTES)
+    index = _json(_within(directory, index_path, "the index"), "the index", INDEX_MAX_BYTES)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{INDEX_NAME} has no weight_map (tensor -> shard file)")
     for tensor, shard in weight_map.items():
-        if not isinstance(shard, str) or not shard or shard.startswith("/") or ".." in Path(shard).parts:
-            raise CheckpointError(f"{INDEX_NAME}: tensor {tensor!r} maps to an invalid file {shard!r}")
+        if not isinstance(shard, str) or not shard or shard.startswith("/") or ".." in Path(shard).parts or not shard.isprintable():
+            raise CheckpointError(
+                f"{INDEX_NAME}: tensor {safetensors.shown(str(tensor))!r} maps to an invalid file {safetensors.shown(str(shard))!r}"
+            )
     return weight_map, sorted(set(weight_map.values()))
 
 
@@ -240,10 +266,10 @@ def inspect(directory: PathLike) -> Inspection:
         raise AbsentCheckpointError(f"{root} does not exist")
     if not root.is_dir():
         raise CheckpointError(f"{root} is not a directory")
-    full_config = _json(root / CONFIG_NAME, CONFIG_NAME, JSON_MAX_BYTES)
+    full_config = _json(_within(root, root / CONFIG_NAME, CONFIG_NAME), CONFIG_NAME, JSON_MAX_BYTES)
     config = _text_config(full_config)
     quant_path = root / QUANT_CONFIG_NAME
-    quant = _json(quant_path, QUANT_CONFIG_NAME, JSON_MAX_BYTES) if quant_path.exists() else None
+    quant = _json(_within(root, quant_path, QUANT_CONFIG_NAME), QUANT_CONFIG_NAME, JSON_MAX_BYTES) if quant_path.exists() else None
     architectures = full_config.get("architectures") if isinstance(full_config, dict) else None
     architecture = str(architectures[0]) if isinstance(architectures, list) and architectures else "unknown"
     layers = _int(config, "num_hidden_layers")
@@ -284,7 +310,8 @@ class _Scan:
     def shard(self, root: Path, shard: str) -> None:
         path = root / shard
         if not path.exists():
-            raise IncompleteCheckpointError(f"shard {shard} named by {INDEX_NAME} is missing")
+            raise IncompleteCheckpointError(f"shard {safetensors.shown(shard)} named by {INDEX_NAME} is missing")
+        _within(root, path, "shard")
         try:
             header = safetensors.read_header(path)
         except safetensors.ShortFileError as err:
@@ -306,7 +333,7 @@ class _Scan:
             held = sum(1 for name in header.tensors if weight_map.get(name) == shard)
             if held != self.named.get(shard, 0):
                 absent = next(n for n, owner in weight_map.items() if owner == shard and n not in header.tensors)
-                raise CheckpointError(f"{INDEX_NAME} puts {absent} in {shard}, whose header does not hold it")
+                raise CheckpointError(f"{INDEX_NAME} puts {safetensors.shown(absent)} in {shard}, whose header does not hold it")
         for name, tensor in header.tensors.items():
             self.tensor(name, tensor)
 

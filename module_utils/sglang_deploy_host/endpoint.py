@@ -130,6 +130,54 @@ SECRET_FLAGS = frozenset({
 })  # fmt: skip
 
 
+# A flag's name as sglang's and smg's parsers take it after its "--": lower-case letters, digits and dashes.
+FLAG_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+# Real flags whose names begin a secret flag's name: argparse takes an exact name before an abbreviation.
+NAMES_BEFORE_SECRETS = frozenset({"ssl-keyfile"})
+
+
+def shown_flag_name(raw: object) -> str:
+    """A flag name as a message may show it: up to an ``=`` (what follows could be a secret), printable."""
+    text = str(raw)
+    head, sep, _value = text.partition("=")
+    shown = "".join(ch if ch.isprintable() else "?" for ch in head)[:80]
+    return shown + ("=..." if sep else "")
+
+
+def flag_name_problem(raw: object, variable: str) -> Optional[str]:
+    """Why ``raw`` (a key of a flags mapping: ``tp-size``, ``--tp_size``) cannot be a flag's name, or None. A name
+    holding ``=`` (``api-key=SECRET``: the value would land in the unit and the argv as it is), one that is not
+    letters, digits and dashes, and an abbreviation of a secret flag (argparse takes ``--api-k`` for
+    ``--api-key``) are refused; the message never shows what follows an ``=``."""
+    shown = shown_flag_name(raw)
+    name = str(raw).strip().lstrip("-").replace("_", "-")
+    if "=" in name:
+        return (
+            f"{variable}: the flag name '{shown}' holds '=': a value never goes in the name (it would land in the unit "
+            f"file and the process's argv as it is, a secret too). Fix: write it as the key's value: "
+            f"{name.partition('=')[0]}: VALUE ({{env: NAME}} for a secret)"
+        )
+    if not FLAG_NAME.fullmatch(name):
+        return f"{variable}: '{shown}' is not a flag name (lower-case letters, digits and dashes, e.g. tp-size)"
+    secret = next((flag for flag in sorted(SECRET_FLAGS) if flag != name and flag.startswith(name)), None)
+    if secret is not None and name not in NAMES_BEFORE_SECRETS:
+        return (
+            f"{variable}: '{shown}' abbreviates the secret flag --{secret} (the parser takes an abbreviation for the "
+            "whole name): a secret is never a flag value. Fix: remove it; the API key comes from the role's key "
+            "variable, other secrets as {env: NAME}"
+        )
+    return None
+
+
+def false_value_problem(variable: str, name: str) -> str:
+    """Why ``false`` is no flag value: Ansible's YAML 1.1 reads ``no``, ``off`` and ``false`` as false, and a flag
+    that silently vanished for it would be a launch the inventory never asked for."""
+    return (
+        f"{variable}['{name}'] is false, which is neither a value nor a removal (YAML reads no, off and false as "
+        "false). Fix: true for a bare switch, null to remove the flag, or quote the word ('no') if it is the value"
+    )
+
+
 def exposure_problem(
     what: str, bind: str, port: Any, *, has_key: bool, allowed: bool, key_var: str, bind_var: str, allow_var: str
 ) -> Optional[str]:
@@ -251,7 +299,7 @@ def check_url(url: str) -> str:
         ok = (
             isinstance(url, str)
             and not any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url)  # "x\n" included
-            and parts.scheme in ("http", "https")
+            and parts.scheme.lower() in ("http", "https")
             and bool(parts.hostname)
             and parts.port != 0
             and parts.username is None
@@ -261,13 +309,27 @@ def check_url(url: str) -> str:
     except ValueError:  # a port that is not a number (urlsplit checks it lazily, in .port)
         ok = False
     if not ok:
-        # The URL as given, less any user:password (an error message is logged).
-        shown = re.sub(r"(?<=://)[^/@]*@", "<credentials>@", str(url))
         raise ValueError(
-            f"{shown!r} is not an http:// or https:// base URL without credentials, spaces or control characters: "
+            f"{shown_url(url)!r} is not an http:// or https:// base URL without credentials, spaces or control characters: "
             "give the server's scheme, host and port, e.g. http://10.0.0.5:8000"
         )
     return url
+
+
+def shown_url(url: object) -> str:
+    """A URL as a message may show it: everything between ``://`` and the last ``@`` is credentials (a password may
+    hold ``/`` or ``@`` itself), and goes; what is left is cut at 200 characters."""
+    return re.sub(r"(?<=://).*@", "<credentials>@", str(url), flags=re.S)[:200]
+
+
+def normalized_url(url: str) -> str:
+    """One spelling of a base URL (check_url's): scheme and host in lower case, the port written as a number (the
+    scheme's default when none is), no trailing ``/``. ``HTTP://Host:08000/`` and ``http://host:8000`` are one
+    worker, as are ``https://h`` and ``https://h:443``."""
+    parts = urllib.parse.urlsplit(check_url(url))
+    scheme = parts.scheme.lower()
+    port = parts.port if parts.port is not None else {"http": 80, "https": 443}[scheme]
+    return urllib.parse.urlunsplit((scheme, f"{url_host(str(parts.hostname).lower())}:{port}", parts.path.rstrip("/"), "", ""))
 
 
 # An API key sglang prints as it is in every form (repr, JSON, a URL): the launcher's mask then finds it

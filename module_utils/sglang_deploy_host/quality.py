@@ -168,6 +168,15 @@ def _text(where: str, key: str, value: Any) -> str:
     return value
 
 
+def _name(where: str, key: str, value: Any) -> str:
+    """A name a report shows (a prompt's, a model's): printable, at most 200 characters - an escape sequence in a
+    reference never reaches a terminal."""
+    text = _text(where, key, value)
+    if not text.isprintable() or len(text) > 200:
+        raise QualityInputError(f"{where}: {key} must be printable and at most 200 characters")
+    return text
+
+
 def parse_prompt_set(data: Any, source: str) -> PromptSet:
     """A prompt set from YAML data; errors name the file, the entry and the fix."""
     if not isinstance(data, dict):
@@ -176,7 +185,7 @@ def parse_prompt_set(data: Any, source: str) -> PromptSet:
     unknown = sorted(set(data) - known)
     if unknown:
         raise QualityInputError(f"{source}: unknown keys {unknown} (allowed: {', '.join(sorted(known))})")
-    name = _text(source, "name", data.get("name"))
+    name = _name(source, "name", data.get("name"))
     version = _bounded_int(source, "version", data.get("version"), 1, 10**6)
     batch = data.get("batch") or {}
     if not isinstance(batch, dict) or set(batch) - {"concurrency", "copies"}:
@@ -204,7 +213,7 @@ def parse_prompt_set(data: Any, source: str) -> PromptSet:
             prompt = gate.notes_prompt(str(entry.get("name") or f"prompt-{number}"), context, context.filler_chars, prompt)
         prompts.append(
             QualityPrompt(
-                name=_text(where, "name", entry.get("name")), prompt=prompt,
+                name=_name(where, "name", entry.get("name")), prompt=prompt,
                 continuation=_text(where, "continuation", entry.get("continuation")),
                 min_prompt_tokens=_bounded_int(where, "min_prompt_tokens", entry.get("min_prompt_tokens", 0), 0, 10**7),
             )  # fmt: skip
@@ -610,10 +619,11 @@ def parse_reference(data: Any, source: str) -> Reference:
         raise QualityInputError(f"{source}: not a quality reference (want \"format\": {FORMAT!r}; record one with `sglang-deploy quality record`)")
     if data.get("format_version") != FORMAT_VERSION:
         raise QualityInputError(f"{source}: format_version {data.get('format_version')!r}; this sglang-deploy reads {FORMAT_VERSION}: record it again")
-    served = _text(source, "served_model", data.get("served_model"))
+    served = _name(source, "served_model", data.get("served_model"))
     prompt_set = data.get("prompt_set")
     if not isinstance(prompt_set, dict):
         raise QualityInputError(f"{source}: prompt_set must be a mapping")
+    _name(source, "prompt_set.name", prompt_set.get("name"))
     top_k = _bounded_int(source, "prompt_set.top_k", prompt_set.get("top_k"), 2, MAX_TOP_K)
     _bounded_int(source, "prompt_set.generate_tokens", prompt_set.get("generate_tokens"), 1, MAX_GENERATE_TOKENS)
     _bounded_int(source, "prompt_set.concurrency", prompt_set.get("concurrency"), MIN_BATCH_CONCURRENCY, MAX_CONCURRENCY)
@@ -632,16 +642,26 @@ def parse_reference(data: Any, source: str) -> Reference:
             raise QualityInputError(f"{where}.greedy: not a mapping of ids and tops")
         greedy_ids = _ids(f"{where}.greedy.ids", greedy.get("ids"))
         prompts.append(ReferencePrompt(
-            name=_text(where, "name", entry.get("name")), prompt=_text(where, "prompt", entry.get("prompt")),
+            name=_name(where, "name", entry.get("name")), prompt=_text(where, "prompt", entry.get("prompt")),
             continuation=_text(where, "continuation", entry.get("continuation")),
             prompt_ids=_ids(f"{where}.prompt_ids", entry.get("prompt_ids")), continuation_ids=continuation_ids,
             scored=_tops(f"{where}.scored", entry.get("scored"), len(continuation_ids), top_k),
             greedy=Greedy(greedy_ids, _tops(f"{where}.greedy.tops", greedy.get("tops"), len(greedy_ids), top_k)),
             continuation_logprobs=_logprobs(f"{where}.continuation_logprobs", entry.get("continuation_logprobs"), len(continuation_ids)),
         ))  # fmt: skip
-    launch = data.get("launch") if isinstance(data.get("launch"), dict) else {}
-    return Reference(served, str(data.get("recorded") or "?"), launch, prompt_set,
+    # What the report shows of the launch: the known fields, each a short printable scalar.
+    given = data.get("launch") if isinstance(data.get("launch"), dict) else {}
+    launch = {key: given[key] for key in LAUNCH_FIELDS if key in given and _printable_scalar(given[key])}
+    recorded = str(data.get("recorded") or "?")
+    if not recorded.isprintable() or len(recorded) > 40:
+        raise QualityInputError(f"{source}: recorded must be a printable time")
+    return Reference(served, recorded, launch, {k: prompt_set[k] for k in ("name", "version", "top_k", "generate_tokens",
+                                                                           "concurrency", "copies") if k in prompt_set},
                      Thresholds.from_data(data.get("thresholds"), source), tuple(prompts))  # fmt: skip
+
+
+def _printable_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (int, float, bool)) or (isinstance(value, str) and value.isprintable() and len(value) <= 200)
 
 
 def reference_data(path: "str | Path") -> Any:

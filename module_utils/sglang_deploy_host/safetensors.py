@@ -18,8 +18,15 @@ from typing import Any, Dict, Tuple
 
 from .files import PathLike, UnreadableFileError, open_regular_file
 
-# The format's own bound on a header (safetensors refuses larger ones).
-MAX_HEADER_BYTES = 100 * 1024 * 1024
+# The format allows headers up to 100 MB; a real shard's is kilobytes (GLM-5-NVFP4's largest: ~0.5 MB), and a
+# hostile one of 100 MB would take gigabytes to parse. Larger ones are refused before a byte of them is read.
+MAX_HEADER_BYTES = 16 * 1024 * 1024
+# A tensor's dimensions and each one's size: a real one has at most 5; past these no tensor is real, and a shape
+# of a million dimensions would take minutes to multiply out.
+MAX_DIMS = 16
+MAX_DIM_SIZE = 1 << 48
+# A tensor name as a checkpoint writes it: printable, and short enough to show.
+MAX_NAME_CHARS = 1024
 # No cap on a shard's size: only its header is read.
 _ANY_SIZE = 1 << 62
 # Bits per element of each safetensors dtype (the sub-byte float formats pack elements).
@@ -73,6 +80,13 @@ class Header:
         return 8 + self.header_len + self.data_end
 
 
+def shown(name: str) -> str:
+    """A name from a file, as a message shows it: non-printable characters escaped (an escape sequence never reaches
+    a terminal raw), at most 120 characters."""
+    text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in str(name))
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 def _element_count(shape: Tuple[int, ...]) -> int:
     count = 1
     for dim in shape:
@@ -81,6 +95,8 @@ def _element_count(shape: Tuple[int, ...]) -> int:
 
 
 def _tensor(name: str, entry: Any, *, strict: bool) -> Tensor:
+    if not name.isprintable() or len(name) > MAX_NAME_CHARS:
+        raise HeaderError(f"a tensor name {shown(name)!r} is not printable or longer than {MAX_NAME_CHARS} characters")
     if not isinstance(entry, dict):
         raise HeaderError(f"tensor {name!r} is not an object")
     offsets = entry.get("data_offsets")
@@ -97,8 +113,11 @@ def _tensor(name: str, entry: Any, *, strict: bool) -> Tensor:
         return Tensor(str(dtype), tuple(shape) if isinstance(shape, list) else (), offsets[0], offsets[1])
     if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         raise HeaderError(f"tensor {name!r} has dtype {dtype!r}, not a safetensors dtype")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise HeaderError(f"tensor {name!r} has shape {shape!r}, not a list of sizes")
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+        raise HeaderError(f"tensor {name!r} has a shape of {len(shape) if isinstance(shape, list) else type(shape).__name__} "
+                          f"dimensions, not a list of at most {MAX_DIMS} sizes")
+    if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_DIM_SIZE for d in shape):
+        raise HeaderError(f"tensor {name!r} has shape {str(shape)[:120]}, not a list of sizes")
     span = -(-_element_count(tuple(shape)) * DTYPE_BITS[dtype] // 8)
     if offsets[1] - offsets[0] != span:
         raise HeaderError(
@@ -132,10 +151,25 @@ def read_header(path: PathLike, *, strict: bool = True) -> Header:
     try:
         parsed = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise HeaderError(f"header is not JSON ({exc})") from None
+        raise HeaderError(f"header is not JSON ({shown(str(exc))})") from None
+    except RecursionError:
+        raise HeaderError("header is not a safetensors header (JSON nested too deeply)") from None
     if not isinstance(parsed, dict):
         raise HeaderError("header is not a JSON object")
     metadata = parsed.pop("__metadata__", None)
     tensors = {str(name): _tensor(str(name), entry, strict=strict) for name, entry in parsed.items()}
+    if strict:
+        _check_tiling(tensors)
     return Header(file_size, int(header_len), tensors, metadata if isinstance(metadata, dict) else {})
+
+
+def _check_tiling(tensors: Dict[str, Tensor]) -> None:
+    """The tensors' spans tile the data from byte 0 with no overlap and no hole, which the safetensors loader
+    requires (it refuses the file otherwise): a header that passes here is one sglang can load."""
+    at = 0
+    for name, tensor in sorted(tensors.items(), key=lambda item: (item[1].begin, item[1].end)):
+        if tensor.begin != at:
+            kind = "overlaps the one before it" if tensor.begin < at else f"leaves a hole of {tensor.begin - at} bytes before it"
+            raise HeaderError(f"tensor {name!r}'s data (bytes {tensor.begin}-{tensor.end}) {kind}: the safetensors loader refuses this file")
+        at = tensor.end
 

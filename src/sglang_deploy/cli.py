@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from rich.markup import escape
 
+from sglang_deploy import ownpath
 from sglang_deploy.commands import console
 from sglang_deploy.playbook.runner import Interrupted, RunnerError, stop_on_signals
 
@@ -49,8 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with stop_on_signals():
             return int(args.func(args))
-    except RunnerError as err:
-        # A broken inventory, no serving hosts, no Ansible: nothing ran, so no "successful".
+    except (RunnerError, ownpath.UnsafeDirectoryError) as err:
+        # A broken inventory, no serving hosts, no Ansible, a directory it must not write into: nothing ran,
+        # so no "successful".
         console.print(f"[red]sglang-deploy {args.command}:[/] {escape(str(err))}")
         return 2
     except Interrupted as stop:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import time
@@ -32,7 +33,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sglang_deploy_host import bench as host_bench
-from sglang_deploy import inputfiles
+from sglang_deploy import inputfiles, ownpath
 from sglang_deploy.bench import quality
 from sglang_deploy.launch import validator_venv
 from sglang_deploy.lanes import Lane
@@ -187,9 +188,9 @@ class Run:
 
 
 def write_run(directory: Path, run: Run) -> dict[str, Path]:
-    """results.jsonl, sweep.json, report.md and bench.png in ``directory`` (private, 0700/0600)."""
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    directory.chmod(0o700)
+    """results.jsonl, sweep.json, report.md and bench.png in ``directory`` (private, 0700/0600; made by this command or
+    the user's own: ownpath)."""
+    directory = ownpath.private_directory(directory, "the benchmark's results directory")
     paths = {name: directory / name for name in ("results.jsonl", "sweep.json", "report.md", "bench.png")}
     records = [step["record"] for step in run.steps if step.get("record")]
     _write(paths["results.jsonl"], "".join(json.dumps(record) + "\n" for record in records))
@@ -207,8 +208,11 @@ def write_run(directory: Path, run: Run) -> dict[str, Path]:
 
 
 def _write(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
-    path.chmod(0o600)
+    """A result file, written whole into its directory (never through a link planted at its name)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    with os.fdopen(ownpath.new_file(temporary, 0o600), "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(temporary, path)
 
 
 def load_run(directory: Path) -> Run:
@@ -848,9 +852,8 @@ def compare_plot(comparison: RunComparison, path: Path) -> None:
 
 
 def write_comparison(directory: Path, comparison: RunComparison) -> dict[str, Path]:
-    """compare.md, compare.json and compare.png in ``directory`` (private, 0700/0600)."""
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    directory.chmod(0o700)
+    """compare.md, compare.json and compare.png in ``directory`` (private, 0700/0600; ownpath)."""
+    directory = ownpath.private_directory(directory, "the comparison's directory")
     paths = {name: directory / name for name in ("compare.md", "compare.json", "compare.png")}
     compare_plot(comparison, paths["compare.png"])
     paths["compare.png"].chmod(0o600)

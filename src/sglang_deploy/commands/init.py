@@ -4,23 +4,31 @@ DIR gets ``hosts.yml`` (one Proxmox node, one serving VM, documentation addresse
 ``group_vars/`` (the GLM-5 launch profiles, the VM's shape, the weights, CUDA, the API-key and Proxmox-token
 lookups), every setting with its comment, and no secret: the API key and the token's secret come from vault or
 the environment, as the comments say. DIR must not exist yet, or be empty: nothing of an existing inventory
-is overwritten. Links are copied as the files they point at; the new files are the user's (umask), DIR 0700
-(vault files will live there)."""
+is overwritten. DIR is made by init or is the invoking user's own (never another user's, never reached through a
+link another user planted: sglang_deploy.ownpath). Links are copied as the files they point at; the new files are
+the user's (umask), DIR 0700 (vault files will live there)."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 from pathlib import Path
 
 from rich.markup import escape
 
+from sglang_deploy import ownpath
 from sglang_deploy.commands import console, usage_error
 from sglang_deploy.playbook.runner import project_dir
 
 # The inventory a new site starts from (the project's own example, validated by the tests as shipped).
 TEMPLATE = Path("inventory") / "proxmox"
+
+
+def _umask() -> int:
+    """The process's umask (the new files are the user's, as a shell's would be)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -34,24 +42,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    target = Path(args.directory)
-    if target.is_symlink() or (target.exists() and not target.is_dir()):
-        return usage_error("init", f"{target} exists and is not a directory. Fix: name a new directory")
-    if target.is_dir() and any(target.iterdir()):
-        return usage_error(
-            "init", f"{target} is not empty: init writes only into a new or empty directory. Fix: name a new one"
-        )
     source = project_dir() / TEMPLATE
     try:
-        target.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # New, or empty and the invoking user's own: an inventory in a directory another user can write is theirs
+        # to rewrite before the next render runs it (ownpath).
+        target = ownpath.directory(args.directory, "sglang-deploy init DIR", mode=0o700, empty=True)
         for path in sorted(source.rglob("*")):
             if path.is_file():  # a link is read through: the copy holds the file it points at
                 copy = target / path.relative_to(source)
-                copy.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, copy)
+                for parent in reversed(copy.relative_to(target).parents[:-1]):
+                    (target / parent).mkdir(mode=0o700, exist_ok=True)
+                with os.fdopen(ownpath.new_file(copy, 0o666 & ~_umask()), "wb") as handle:
+                    handle.write(path.read_bytes())
         os.chmod(target, 0o700)
+    except ownpath.UnsafeDirectoryError as err:
+        return usage_error("init", str(err))
     except OSError as err:
-        return usage_error("init", f"cannot write {target}: {err.strerror or err}")
+        return usage_error("init", f"cannot write {args.directory}: {err.strerror or err}")
     files = sorted(str(path.relative_to(target)) for path in target.rglob("*") if path.is_file())
     console.print(f"[green]wrote[/] {escape(str(target))}: {escape(', '.join(files))}")
     console.print(

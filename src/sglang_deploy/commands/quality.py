@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_deploy_host import endpoint, quality
+from sglang_deploy import ownpath
 from sglang_deploy.commands import (
     ApiKeyError,
     add_api_key_args,
@@ -150,14 +151,16 @@ def show_verdict(data: Mapping[str, Any], report: str, as_json: bool) -> int:
 
 
 def output_path(path: str) -> Path:
-    """Where a reference is written: a new file, or a regular file (never through a link), in a directory."""
-    out = Path(path).absolute()
+    """Where a reference is written: a new file, or a regular file (never through a link), in a directory of the
+    invoking user's (or a sticky one: ownpath.parent_of_new_file)."""
+    try:
+        out = ownpath.parent_of_new_file(path, "--out")
+    except ownpath.UnsafeDirectoryError as err:
+        raise ValueError(str(err)) from None
     if out.is_symlink():
         raise ValueError(f"--out {out} is a symbolic link: give the file itself")
     if out.exists() and not out.is_file():
         raise ValueError(f"--out {out} exists and is not a regular file")
-    if not out.parent.is_dir():
-        raise ValueError(f"--out {out}: no directory {out.parent}")
     return out
 
 

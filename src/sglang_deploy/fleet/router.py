@@ -52,9 +52,10 @@ class RouterConfigError(ValueError):
 
 def checked_worker_url(url: str, what: str) -> str:
     """A worker URL that may go into the router's command line: http(s), a host, no credentials (they
-    would sit in ExecStart=, which every local user reads), no space or control character."""
+    would sit in ExecStart=, which every local user reads), no space or control character; in its one spelling
+    (endpoint.normalized_url), so that one worker written two ways is one worker."""
     try:
-        return endpoint.check_url(url)
+        return endpoint.normalized_url(url)
     except ValueError as err:
         raise RouterConfigError(f"{what}: {err}") from None
 
@@ -70,11 +71,18 @@ def worker_urls(resolved: Mapping[str, Any]) -> list[str]:
                 "no earlier run cached it. Fix: run `sglang-deploy validate -i INVENTORY` once "
                 "without --limit"
             )
-        urls.append(str(server["endpoint"]["worker_url"]))
+        urls.append(checked_worker_url(str(server["endpoint"]["worker_url"]), f"worker {host}'s URL"))
+    _refuse_duplicates(urls, "the workers")
+    return urls
+
+
+def _refuse_duplicates(urls: list[str], what: str) -> None:
     duplicates = sorted({u for u in urls if urls.count(u) > 1})
     if duplicates:
-        raise RouterConfigError(f"several workers share a URL: {', '.join(duplicates)}")
-    return urls
+        raise RouterConfigError(
+            f"{what}: several share a URL once written one way (scheme and host in lower case, the port as a number, no "
+            f"trailing /): {', '.join(duplicates)}. Fix: list each worker once"
+        )
 
 
 def worker_cafiles(resolved: Mapping[str, Any]) -> list[str]:
@@ -113,13 +121,18 @@ def flag_groups(flags: Mapping[str, Any]) -> list[list[str]]:
     """:func:`flag_argv`, one list of words per flag (one ExecStart= continuation line each)."""
     groups: list[list[str]] = []
     for raw_name, value in flags.items():
-        name = str(raw_name).removeprefix("--").replace("_", "-")
+        problem = endpoint.flag_name_problem(raw_name, "sglang_router_extra_flags")
+        if problem:
+            raise RouterConfigError(problem)
+        name = str(raw_name).strip().lstrip("-").replace("_", "-")
         if name in endpoint.SECRET_FLAGS:
             raise RouterConfigError(
                 f"--{name} must not be a flag: a secret in argv is visible to every local user "
                 "(the API key is sglang_router_api_key, handed over in-process)"
             )
-        if value is None or value is False:
+        if value is False:
+            raise RouterConfigError(endpoint.false_value_problem("sglang_router_extra_flags", name))
+        if value is None:
             continue
         if value is True:
             groups.append([f"--{name}"])
@@ -144,6 +157,7 @@ def router_flags(settings: Mapping[str, Any]) -> dict[str, Any]:
     if policy not in POLICIES:
         raise RouterConfigError(f"sglang_router_policy {policy!r} is not one of {', '.join(POLICIES)}")
     urls = [checked_worker_url(str(url), "sglang_router_worker_urls") for url in settings["worker_urls"]]
+    _refuse_duplicates(urls, "sglang_router_worker_urls")
     if not urls:
         raise RouterConfigError("no worker URLs: the worker group is empty and sglang_router_worker_urls is []")
     flags: dict[str, Any] = {

@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Sequence
 
 from sglang_deploy.fleet.router import PACKAGE
-from sglang_deploy.launch.validator_venv import ValidatorError, cache_root, exclusive_lock, new_staging, run_step, say, swap_in
+from sglang_deploy.launch.validator_venv import (
+    ValidatorError,
+    cache_root,
+    exclusive_lock,
+    new_staging,
+    run_step,
+    say,
+    swap_in,
+    validators_directory,
+)
 
 # What the probe prints for a clean parse; argparse's error text otherwise.
 _PROBE = r"""
@@ -84,7 +93,7 @@ def ensure_router_validator(lock: Path, cache_dir: Path | None = None) -> Path:
     digest = hashlib.sha256(lock.read_bytes()).hexdigest()[:12]
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     final = cache_root(cache_dir) / "validators" / f"{PACKAGE}-{version}-{digest}-py{python}"
-    final.parent.mkdir(parents=True, exist_ok=True)
+    validators_directory(final.parent)
     with exclusive_lock(final.with_name(final.name + ".lock")):
         if not (final / "bin" / "python").exists():
             _build(lock, version, final)

@@ -124,7 +124,7 @@ class LaunchConfig:
             raise LaunchConfigError("sglang_server_python is empty: set it to the ml-env's python3")
         merged_flags = merge_flags(profile_flags(flags, profile, profiles), flags_override)
         merged_env = merge_flags(env, env_override, variable="sglang_server_env")
-        parsed = tuple(_flag(name, value) for name, value in merged_flags.items() if _present(value))
+        parsed = tuple(_flag(name, value) for name, value in merged_flags.items() if value is not None)
         _check_conflicts(parsed)
         environment = tuple(
             (_env_name(name), _env_value(name, value))
@@ -328,10 +328,6 @@ def flag_key(flags: Mapping[str, Any], name: str) -> str:
     return next((str(key) for key in flags if flag_name(key) == name), name)
 
 
-def _present(value: Any) -> bool:
-    return value is not None and value is not False
-
-
 def _scalar(name: str, value: Any) -> str:
     if isinstance(value, bool):
         raise LaunchConfigError(
@@ -351,10 +347,15 @@ def _scalar(name: str, value: Any) -> str:
 
 
 def _flag(raw_name: str, value: Any) -> Flag:
+    problem = endpoint.flag_name_problem(raw_name, "sglang_server_flags")
+    if problem:
+        raise LaunchConfigError(problem)
     name = flag_name(raw_name)
     name = ABBREVIATIONS.get(name, name)
     if value is True:
         return Flag(name, True)
+    if value is False:
+        raise LaunchConfigError(endpoint.false_value_problem("sglang_server_flags", name))
     if isinstance(value, Mapping):
         keys = set(value)
         if keys == {"env"}:

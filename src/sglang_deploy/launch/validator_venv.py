@@ -57,6 +57,7 @@ from packaging.tags import platform_tags
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
+from sglang_deploy import ownpath
 from sglang_deploy_host import files
 from sglang_deploy.lanes import Lane
 
@@ -268,16 +269,25 @@ def ensure_validator_env(lane: Lane, cache_dir: Path | None = None) -> Path:
     """
     spec = build_spec(lane, os.environ)
     final = validator_dir(spec, cache_dir)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    validators_directory(final.parent)
     with exclusive_lock(final.with_name(final.name + ".lock")):
         if not spec.matches(_read_marker(final)) or not _venv_python(final).exists():
             _build(spec, final, lane.validator.stand_ins)
     return final
 
 
+def validators_directory(path: Path) -> Path:
+    """The cache's validators/ directory, made by this command or the user's own and reached through no link another
+    user planted (a validator venv is code the CLI runs: sglang_deploy.ownpath). ValidatorError otherwise."""
+    try:
+        return ownpath.directory(path, f"the validator cache ({ENV_CACHE})", mode=0o755)
+    except ownpath.UnsafeDirectoryError as err:
+        raise ValidatorError(str(err)) from None
+
+
 @contextlib.contextmanager
 def exclusive_lock(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
+    with os.fdopen(ownpath.open_append(path), "a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -30,6 +30,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from sglang_deploy import ownpath
 from sglang_deploy.observe import testreport
 # Lines of the validator's progress in Ansible's output start with it.
 from sglang_deploy.launch.validator_venv import PROGRESS_PREFIX
@@ -499,11 +500,18 @@ def redact_secret_env(artifact_dir: Path) -> None:
     command_file.chmod(0o600)
 
 
-def _private_dir(path: Path) -> Path:
-    """An artifacts directory only its owner can read: runs hold inventory data and journals."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.chmod(0o700)
-    return path
+def _private_dir(path: Path, what: str = "the artifacts directory") -> Path:
+    """A directory only its owner can read (runs hold inventory data and journals), made by this command or the
+    invoking user's own, reached through no link another user planted (ownpath); UnsafeDirectoryError otherwise."""
+    return ownpath.private_directory(path, what)
+
+
+def fact_cache_dir() -> Path:
+    """Where runs keep Ansible's facts between them: $ANSIBLE_CACHE_PLUGIN_CONNECTION, else the state directory's
+    .cache/facts (ansible.cfg's ./.cache/facts in a checkout). ansible-runner would give each run a cache of its own,
+    so that a run with --limit could not find what an earlier run resolved."""
+    configured = os.environ.get("ANSIBLE_CACHE_PLUGIN_CONNECTION")
+    return _private_dir(Path(configured) if configured else state_dir() / ".cache" / "facts", "the fact cache")
 
 
 def rotate_runs(artifacts: Path, keep: int) -> None:
@@ -512,7 +520,7 @@ def rotate_runs(artifacts: Path, keep: int) -> None:
     delete the same oldest entry and one would crash on the file the other removed first; here the
     removal is under a lock beside the runs and a vanished entry is already gone, not an error."""
     runs = artifacts / RUNS_SUBDIR
-    with (artifacts / ".runs.lock").open("a") as lock:
+    with os.fdopen(ownpath.open_append(artifacts / ".runs.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         entries = []
         for entry in runs.iterdir():
@@ -572,6 +580,9 @@ def runner_kwargs(
         "status_handler": on_status,
         "rotate_artifacts": 0,  # rotate_runs did it, under a lock
         "suppress_env_files": True,
+        # Absolute: ansible-runner joins it to the run's own folder, which an absolute path replaces.
+        "fact_cache": str(fact_cache_dir()),
+        "fact_cache_type": "jsonfile",
     }
     if stop.armed:
         # The CLI's handlers stop the run (stop_on_signals); a cancel_callback also keeps ansible-runner

@@ -558,7 +558,7 @@ def _endpoint(inputs: ServerInputs, flags: Mapping[str, Any], host: str) -> Endp
     worker = endpoint.http_url(str(inputs.advertise_address or host), port, "https" if served_tls else "http")
     if inputs.advertise_url:
         try:
-            worker = endpoint.check_url(str(inputs.advertise_url).rstrip("/"))
+            worker = endpoint.normalized_url(str(inputs.advertise_url))
         except ValueError as err:
             raise LaunchConfigError(f"sglang_server_advertise_url: {err}") from None
         # (An https:// URL in front of a plain server is a proxy's that terminates TLS: its business.)

@@ -146,6 +146,13 @@ def judge(
             )
         if anchors and not problems:
             _judge_chain(leaf, chain[1:], anchors, wanted, now, cert.path, ca.path, problems)
+    for anchor in anchors:
+        ends = anchor.not_valid_after_utc
+        what = f"{VARIABLES['cafile']}={ca.path}: the CA {anchor.subject.rfc4514_string()}"
+        if now > ends:
+            problems.append(f"{what} expired on {ends:%Y-%m-%d %H:%M} UTC: no client trusts what it signed. Fix: renew it")
+        elif ends - now < datetime.timedelta(days=RENEW_WARNING_DAYS):
+            warnings.append(f"{what} expires on {ends:%Y-%m-%d} UTC: every certificate it signed stops being trusted then")
     if problems:
         raise TlsError("; ".join(problems))
     assert leaf is not None
@@ -161,6 +168,8 @@ def judge(
 def _covered(listed: Sequence[str], name: str) -> bool:
     """Whether ``name`` matches one of a certificate's names (a wildcard as clients match it)."""
     _, _, verification = _crypto()
+    listed = [client_name(entry) for entry in listed]  # DNS names compare without case (RFC 4343)
+    name = client_name(name)
     if name in listed:
         return True
     subject = _subject(name)
@@ -173,12 +182,38 @@ def _covered(listed: Sequence[str], name: str) -> bool:
     return False
 
 
+# What the server (Python's ssl under OpenSSL 3, security level 2) and its clients (OpenSSL, rustls in smg) all
+# accept: RSA of 2,048 bits or more, ECDSA on P-256/P-384/P-521, Ed25519. Python's ssl refuses a smaller RSA key
+# when it loads it ("ee key too small"); no TLS 1.3 client speaks DSA; rustls has no Ed448 and no other curve.
+MIN_RSA_BITS = 2048
+EC_CURVES = frozenset({"secp256r1", "secp384r1", "secp521r1"})
+
+
+def _key_problem(public_key: object) -> str | None:
+    """Why a server with this key could not serve its clients, or None."""
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+    if isinstance(public_key, rsa.RSAPublicKey):
+        if public_key.key_size < MIN_RSA_BITS:
+            return (f"an RSA key of {public_key.key_size} bits: Python's ssl (what sglang serves with) refuses to load one "
+                    f"under {MIN_RSA_BITS} bits")
+        return None
+    if isinstance(public_key, ec.EllipticCurvePublicKey):
+        if public_key.curve.name not in EC_CURVES:
+            return f"an EC key on {public_key.curve.name}, a curve TLS clients (rustls in the router, browsers) do not take"
+        return None
+    if isinstance(public_key, ed25519.Ed25519PublicKey):
+        return None
+    return f"a {type(public_key).__name__.removeprefix('_').replace('PublicKey', '')} key, which no TLS 1.3 client takes"
+
+
 def _judge_key(key: TlsFile, leaf: x509.Certificate | None, cert_path: str, problems: list[str]) -> None:
     _, serialization, _ = _crypto()
     where = f"{VARIABLES['keyfile']}={key.path}"
-    if not key.vaulted and stat.S_IMODE(key.mode) & 0o004:
+    if not key.vaulted and stat.S_IMODE(key.mode) & 0o044:
+        whom = "every user" if stat.S_IMODE(key.mode) & 0o004 else "the file's group"
         problems.append(
-            f"{where}: the private key is readable by every user of the control node (mode "
+            f"{where}: the private key is readable by {whom} of the control node (mode "
             f"{stat.S_IMODE(key.mode):04o}). Fix: chmod 600 {key.path}, or keep it in ansible-vault"
         )
     try:
@@ -191,6 +226,13 @@ def _judge_key(key: TlsFile, leaf: x509.Certificate | None, cert_path: str, prob
         return
     except (ValueError, UnicodeError):
         problems.append(f"{where}: no PEM private key in it")
+        return
+    unusable = _key_problem(private.public_key())
+    if unusable:
+        problems.append(
+            f"{where}: {unusable}. Fix: issue the certificate for an RSA key of at least {MIN_RSA_BITS} bits or an "
+            "ECDSA P-256 key (openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256)"
+        )
         return
     if leaf is None:
         return

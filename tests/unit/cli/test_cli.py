@@ -252,3 +252,25 @@ def test_verify_takes_the_key_from_the_environment_or_a_0600_file_never_argv(tmp
     assert proc.returncode == 2 and "lets others read the key. Fix: chmod 600" in proc.stderr
     proc = _cli("verify", "--endpoint", "http://127.0.0.1:1", "--model", "m", "--api-key-file", "/dev/zero")
     assert proc.returncode == 2 and "not a regular file" in proc.stderr
+
+
+def test_a_limited_render_after_a_full_one_finds_the_cached_workers(tmp_path: Path) -> None:
+    """The fact cache persists between runs (issue 43, class 6): ansible-runner would give each run a cache of its own,
+    and a router rendered with --limit could not find the workers a full run resolved - the printed fix ("run once
+    without --limit") could not help. Both runs use this test process's own cache (conftest)."""
+    inventory = ROOT / "inventory" / "multi_host"
+    env = {"SGLANG_API_KEY": API_KEY}
+    full = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "render", "-i", str(inventory), "--out", str(tmp_path / "all"),
+                           "--no-validate"], capture_output=True, text=True, timeout=600, check=False, cwd=ROOT,
+                          env={**os.environ, **env})  # fmt: skip
+    assert full.returncode == 0, full.stdout + full.stderr
+    limited = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "render", "-i", str(inventory), "-l", "glm5-01,router-01",
+                              "--out", str(tmp_path / "some"), "--no-validate"], capture_output=True, text=True, timeout=600,
+                             check=False, cwd=ROOT, env={**os.environ, **env})  # fmt: skip
+    assert limited.returncode == 0, limited.stdout + limited.stderr
+    assert (tmp_path / "some" / "glm5-01" / "sglang.service").read_bytes() == (tmp_path / "all" / "glm5-01" / "sglang.service").read_bytes()
+    # With nothing cached (a cache of its own, as ansible-runner would give each run), the same run fails.
+    alone = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "render", "-i", str(inventory), "-l", "glm5-01,router-01",
+                            "--out", str(tmp_path / "alone"), "--no-validate"], capture_output=True, text=True, timeout=600,
+                           check=False, cwd=ROOT, env={**os.environ, **env, "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "empty")})  # fmt: skip
+    assert alone.returncode != 0 and "has no resolved server" in alone.stdout + alone.stderr

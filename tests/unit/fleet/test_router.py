@@ -77,8 +77,8 @@ def test_a_worker_url_given_by_hand_is_checked_whole(bad):
 
 
 def test_flag_argv_shapes_and_secrets():
-    assert router.flag_argv({"a": True, "b": False, "c": None, "d": [1, 2], "e": 3, "f_g": "x"}) == [
-        "--a", "--d", "1", "2", "--e", "3", "--f-g", "x"]
+    assert router.flag_argv({"w": True, "n": None, "d": [1, 2], "e": 3, "f_g": "x"}) == [
+        "--w", "--d", "1", "2", "--e", "3", "--f-g", "x"]
     for secret in ("api-key", "api_key", "--control-plane-api-keys", "redis-url"):
         with pytest.raises(router.RouterConfigError, match="secret"):
             router.flag_argv({secret: "k"})

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import struct
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from sglang_deploy.memory import architectures
 from sglang_deploy_host import checkpoint
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
-from glm5_checkpoint import make_variants  # noqa: E402
+from glm5_checkpoint import make_variants, sparse_copy  # noqa: E402
 
 CLI = [sys.executable, "-m", "sglang_deploy.cli", "checkpoint"]
 GLM5 = architectures.config("glm-5")
@@ -37,17 +36,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def copy_of(made: dict[str, Path], name: str, tmp_path: Path) -> Path:
     """A private copy to break (sparse shards stay sparse: copy by header, not by data)."""
-    target = tmp_path / name
-    target.mkdir()
-    for path in made[name].iterdir():
-        if path.suffix == ".safetensors":
-            with path.open("rb") as src, (target / path.name).open("wb") as dst:
-                length = src.read(8)
-                dst.write(length + src.read(struct.unpack("<Q", length)[0]))
-                dst.truncate(path.stat().st_size)
-        else:
-            shutil.copy(path, target / path.name)
-    return target
+    return sparse_copy(made[name], tmp_path / name)
 
 
 # -- the verdicts -----------------------------------------------------------------------------------

@@ -223,6 +223,11 @@ def _broken(reference: dict[str, Any], change: Any) -> dict[str, Any]:
         (lambda d: d["prompts"][1]["greedy"].update(tops=[]), "prompts\\[1\\].greedy.tops: want 48 positions"),
         (lambda d: d["prompts"][1].update(continuation_logprobs=[0.0]), "continuation_logprobs: want \\d+ finite logprobs"),
         (lambda d: d.update(thresholds={"kl_mean": "low"}), "thresholds.kl_mean must be a finite number >= 0"),
+        # What a report prints comes out of the file: no escape sequence reaches a terminal (issue 43's round).
+        (lambda d: d["prompts"][0].update(name="\x1b]0;owned\x07"), "prompts\\[0\\]: name must be printable"),
+        (lambda d: d.update(served_model="glm-5\x1b[2J"), "served_model must be printable"),
+        (lambda d: d["prompt_set"].update(name="set\x1b[31m"), "prompt_set.name must be printable"),
+        (lambda d: d.update(recorded="\x1b[31m2026"), "recorded must be a printable time"),
     ],
 )  # fmt: skip
 def test_a_malformed_reference_is_refused_naming_the_entry(reference: dict[str, Any], change: Any, message: str) -> None:
@@ -274,3 +279,9 @@ def test_the_shipped_prompt_set_has_facts_arithmetic_code_and_a_long_prompt() ->
     assert len(shipped.prompts) * shipped.copies >= 2 * shipped.concurrency  # at least two full batches at c8
     long = [p for p in shipped.prompts if p.min_prompt_tokens >= 8192]
     assert [p.name for p in long] == ["long-context"] and "4817" in long[0].prompt
+
+
+def test_a_references_launch_keeps_only_known_printable_fields(reference: dict[str, Any]) -> None:
+    data = copy.deepcopy(reference)
+    data["launch"] = {"kv_cache_dtype": "bf16\x1b[31m", "attention_backend": "triton", "api_key": "a-key", "x": 1}
+    assert quality.parse_reference(data, "ref.json").launch == {"attention_backend": "triton"}

@@ -33,7 +33,6 @@ def test_values_are_rendered_as_sglang_expects():
     launch = config(
         {
             "switch": True,
-            "off-switch": False,
             "removed": None,
             "fraction": 0.92,
             "count": 64,
@@ -107,25 +106,25 @@ def test_override_replaces_in_place_appends_and_removes(profile):
 
 
 def test_flag_order_is_stable():
-    flags = {"b": 1, "a": 2, "c": True}
+    flags = {"b": 1, "x": 2, "z": True}
     assert config(flags).flag_argv() == config(dict(flags)).flag_argv() == [
-        "--b", "1", "--a", "2", "--c",
+        "--b", "1", "--x", "2", "--z",
     ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("flags", "kwargs", "message"),
     [
-        ({"a": {"env": "MISSING"}}, {}, "neither in sglang_server_env"),
-        ({"a": {"env": "not valid"}}, {}, "not a valid environment variable name"),
-        ({"a": []}, {}, "empty list"),
-        ({"a": [True]}, {}, "cannot be a boolean"),
-        ({"a": float("nan")}, {}, "not finite"),
-        ({"a": object()}, {}, "type object"),
+        ({"x": {"env": "MISSING"}}, {}, "neither in sglang_server_env"),
+        ({"x": {"env": "not valid"}}, {}, "not a valid environment variable name"),
+        ({"x": []}, {}, "empty list"),
+        ({"x": [True]}, {}, "cannot be a boolean"),
+        ({"x": float("nan")}, {}, "not finite"),
+        ({"x": object()}, {}, "type object"),
         ({"": 1}, {}, "empty or non-string key"),
-        ([("a", 1)], {}, "must be a mapping"),
-        ({"a": 1}, {"env": {"A": True}}, "booleans are ambiguous"),
-        ({"a": 1}, {"env": {"1BAD": "x"}}, "not a valid environment variable name"),
+        ([("x", 1)], {}, "must be a mapping"),
+        ({"x": 1}, {"env": {"A": True}}, "booleans are ambiguous"),
+        ({"x": 1}, {"env": {"1BAD": "x"}}, "not a valid environment variable name"),
     ],
 )
 def test_bad_input_names_the_variable(flags, kwargs, message):

@@ -48,6 +48,16 @@ def test_the_wheel_builds_quietly_with_its_data_files(wheel: Path) -> None:
     assert not [name for name in names if "__pycache__" in name or "/artifacts/" in name]
 
 
+def _nobodys(path: Path) -> Path:
+    """A directory another user (nobody) owns: the test runs as root, as CI does (chown needs it)."""
+    import pwd
+
+    path.mkdir()
+    uid = pwd.getpwnam("nobody").pw_uid
+    os.chown(path, uid, uid)
+    return path
+
+
 def test_the_cli_installed_from_the_wheel_works_outside_a_checkout(wheel: Path, tmp_path: Path) -> None:
     """A fresh venv with the wheel (and its dependencies, from pip's configuration; uv's cache), an empty
     directory: `init` writes the starter inventory, `render` renders the shipped profile from it, the unit
@@ -73,6 +83,14 @@ def test_the_cli_installed_from_the_wheel_works_outside_a_checkout(wheel: Path, 
     installed = next((venv / "lib").glob("python3*/site-packages/sglang_deploy/_project"))
     assert "cannot find the sglang-deploy project" not in done.stderr
     assert not (installed / "artifacts").exists() and (tmp_path / "state" / "sglang-deploy" / "artifacts" / "runs").is_dir()
+    # A state directory that is a file, or another user's (issue 43): refused in one line before anything runs.
+    (tmp_path / "a-file").write_text("")
+    for state, needle in ((tmp_path / "a-file", "is a file, not a directory"), (_nobodys(tmp_path / "theirs"), "is owned by nobody")):
+        refused = subprocess.run([cli, "render", "-i", "site", "--out", "out2", "--no-validate"], cwd=empty,
+                                 env={**env, "SGLANG_DEPLOY_STATE": str(state)}, capture_output=True, text=True, timeout=600,
+                                 check=False)  # fmt: skip
+        assert refused.returncode == 2 and needle in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+        assert not (empty / "out2").exists()
     here = subprocess.run(
         [str(Path(sys.executable).with_name("sglang-deploy")), "render", "-i", "inventory/proxmox", "--out", str(tmp_path / "checkout"),
          "--no-validate"], cwd=ROOT, env={**os.environ, "SGLANG_API_KEY": KEY}, capture_output=True, text=True, timeout=600,

@@ -4,6 +4,7 @@ certificates (tests/tls_certs.py). Each refusal names the variable and the file;
 from __future__ import annotations
 
 import datetime
+import re
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from sglang_deploy.serving import tls
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tls_certs import NOW, TestCA  # noqa: E402
+from tls_certs import NOW, TestCA, write  # noqa: E402
 
 NAMES = ["127.0.0.1", "gpu-01.lab"]
 
@@ -84,12 +85,13 @@ def test_an_encrypted_key_is_refused_with_how_to_keep_it_in_vault_instead() -> N
         _judge(ca, ca.issue(NAMES, password=b"secret"))
 
 
-@pytest.mark.parametrize("mode, refused", [(0o600, False), (0o640, False), (0o644, True), (0o604, True)])
-def test_a_plain_key_others_can_read_is_refused_a_vault_file_is_not_judged_by_mode(mode: int, refused: bool) -> None:
+@pytest.mark.parametrize("mode, whom", [(0o600, None), (0o640, "the file's group"), (0o644, "every user"), (0o604, "every user")])
+def test_a_plain_key_others_can_read_is_refused_a_vault_file_is_not_judged_by_mode(mode: int, whom: str | None) -> None:
+    """A group-readable key is refused as a group-readable API-key file is (issue 43): the group is other users."""
     ca = TestCA()
     issued = ca.issue(NAMES)
-    if refused:
-        with pytest.raises(tls.TlsError, match=rf"readable by every user of the control node \(mode 0{mode:o}\)"):
+    if whom:
+        with pytest.raises(tls.TlsError, match=rf"readable by {whom} of the control node \(mode 0{mode:o}\)"):
             _judge(ca, issued, key_mode=mode)
     else:
         _judge(ca, issued, key_mode=mode)
@@ -165,3 +167,69 @@ def test_read_file_is_bounded_and_reads_regular_files_only(tmp_path: Path) -> No
     plain.write_bytes(b"PLAIN")
     read = tls.read_file(str(vault), str(plain))
     assert read.vaulted and read.content == b"PLAIN" and read.path == str(vault)
+
+
+# -- keys the server and its clients cannot use, a CA near its end, names without case (issue 43, class 4) -----------
+def _keys() -> dict[str, object]:
+    from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
+
+    return {
+        "rsa-1024": rsa.generate_private_key(65537, 1024), "rsa-2048": rsa.generate_private_key(65537, 2048),
+        "dsa-2048": dsa.generate_private_key(2048), "ed25519": ed25519.Ed25519PrivateKey.generate(),
+        "ed448": ed448.Ed448PrivateKey.generate(), "secp256k1": ec.generate_private_key(ec.SECP256K1()),
+        "p384": ec.generate_private_key(ec.SECP384R1()),
+    }  # fmt: skip
+
+
+KEYS = _keys()
+
+
+@pytest.mark.parametrize(
+    ("kind", "refusal"),
+    [
+        ("rsa-1024", "an RSA key of 1024 bits: Python's ssl (what sglang serves with) refuses to load one under 2048 bits"),
+        ("dsa-2048", "a DSA key, which no TLS 1.3 client takes"),
+        ("ed448", "a Ed448 key, which no TLS 1.3 client takes"),
+        ("secp256k1", "an EC key on secp256k1, a curve TLS clients"),
+        ("rsa-2048", None), ("ed25519", None), ("p384", None),
+    ],
+)  # fmt: skip
+def test_a_key_the_server_or_its_clients_cannot_use_is_refused(kind: str, refusal: str | None) -> None:
+    ca = TestCA()
+    issued = ca.issue(NAMES, key=KEYS[kind])
+    if refusal is None:
+        _judge(ca, issued)
+        return
+    with pytest.raises(tls.TlsError, match=re.escape(refusal)) as raised:
+        _judge(ca, issued)
+    assert "Fix: issue the certificate for an RSA key of at least 2048 bits or an ECDSA P-256 key" in str(raised.value)
+
+
+@pytest.mark.parametrize(("kind", "loads"), [("rsa-1024", False), ("rsa-2048", True), ("p384", True)])
+def test_the_key_rule_is_what_pythons_ssl_takes(tmp_path: Path, kind: str, loads: bool) -> None:
+    """The premise, checked against the real thing: a server context of Python's ssl (sglang's uvicorn) loads what
+    the judge passes and refuses the RSA key it refuses."""
+    import ssl
+
+    paths = write(tmp_path, TestCA(), TestCA().issue(NAMES, key=KEYS[kind]))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    if loads:
+        context.load_cert_chain(paths["certfile"], paths["keyfile"])
+    else:
+        with pytest.raises(ssl.SSLError, match="too small"):
+            context.load_cert_chain(paths["certfile"], paths["keyfile"])
+
+
+def test_a_ca_that_ends_soon_warns_and_an_expired_one_is_refused() -> None:
+    soon = TestCA(not_after=NOW + datetime.timedelta(days=10))
+    summary = _judge(soon, soon.issue(NAMES, not_after=NOW + datetime.timedelta(days=5)))
+    assert any("the CA CN=sglang-deploy test CA expires on" in w and "stops being trusted then" in w for w in summary["warnings"])
+    gone = TestCA(not_after=NOW - datetime.timedelta(days=1))
+    with pytest.raises(tls.TlsError, match="the CA CN=sglang-deploy test CA expired on .* no client trusts what it signed"):
+        _judge(gone, gone.issue(NAMES))
+
+
+def test_dns_names_compare_without_case() -> None:
+    ca = TestCA()
+    _judge(ca, ca.issue(["127.0.0.1", "GLM5-01.Example.ORG"]), names=["127.0.0.1", "glm5-01.example.org"])
+    _judge(ca, ca.issue(["127.0.0.1", "*.Example.ORG"]), names=["127.0.0.1", "glm5-01.EXAMPLE.org"])
