@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from ansible.errors import AnsibleError
+
 try:
     from sglang_deploy.launch.validate_action import ValidateAction
     from sglang_deploy.serving import tls
@@ -27,7 +29,15 @@ class ActionModule(ValidateAction):
 
     def _read(self, path: str) -> tls.TlsFile:
         """``path`` decrypted when it is an ansible-vault file (the loader's temporary copy, removed here)."""
-        real = self._loader.get_real_file(path, decrypt=True)
+        try:
+            real = self._loader.get_real_file(path, decrypt=True)
+        except AnsibleError as err:
+            # A vault file without its password (or with another's): one line naming the fix, not Ansible's error.
+            first = (str(err).strip().splitlines() or ["?"])[0]
+            raise ValueError(
+                f"an ansible-vault file this run cannot decrypt ({first}). Fix: run with the vault password that "
+                "encrypted it (--ask-vault-pass, --vault-password-file or ANSIBLE_VAULT_PASSWORD_FILE)"
+            ) from None
         try:
             return tls.read_file(path, real)
         finally:

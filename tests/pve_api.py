@@ -118,6 +118,8 @@ def check_value(prop: dict[str, Any], value: str, named: dict[str, Any]) -> list
         else:
             found.append(f"{part!r} has no key and the format has no default key")
             continue
+        # net: virtio=MAC stands for model=virtio,macaddr=MAC. Every key with a keyAlias (virtio, e1000, ...) also
+        # has the alias macaddr in PVE's schema, so the value is checked as a macaddr.
         key = fmt.get(key, {}).get("alias", key)
         if key not in fmt:
             found.append(f"unknown key {key!r}")
@@ -125,9 +127,6 @@ def check_value(prop: dict[str, Any], value: str, named: dict[str, Any]) -> list
         if key in seen:
             found.append(f"key {key!r} given twice")
         seen.add(key)
-        if fmt[key].get("keyAlias"):  # net: virtio=MAC stands for model=virtio,macaddr=MAC
-            found += [f"{key}: {why}" for why in check_plain({"type": "string", "format": "mac-addr"}, item)]
-            continue
         found += [f"{key}: {why}" for why in check_plain(fmt[key], item)]
     return found
 

@@ -48,19 +48,25 @@ class TestCA:
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, name: str = "sglang-deploy test CA", *, not_after: datetime.datetime | None = None) -> None:
+    def __init__(self, name: str = "sglang-deploy test CA", *, not_after: datetime.datetime | None = None,
+                 issuer: "TestCA | None" = None, path_length: int = 0) -> None:  # fmt: skip
+        """A root CA, or with ``issuer`` an intermediate it signs; ``path_length``: how many intermediates may
+        follow (a root that issues an intermediate needs 1)."""
         self.key = ec.generate_private_key(ec.SECP256R1())
         self.name = _name(name)
-        self.cert = (
+        signer = issuer if issuer is not None else self
+        builder = (
             x509.CertificateBuilder()
-            .subject_name(self.name).issuer_name(self.name).public_key(self.key.public_key())
+            .subject_name(self.name).issuer_name(signer.name).public_key(self.key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(NOW - datetime.timedelta(days=1)).not_valid_after(not_after or NOW + datetime.timedelta(days=3650))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
             .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()), critical=False)
-            .sign(self.key, hashes.SHA256())
         )  # fmt: skip
+        if issuer is not None:
+            builder = builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer.key.public_key()), critical=False)
+        self.cert = builder.sign(signer.key, hashes.SHA256())
 
     @property
     def pem(self) -> bytes:
@@ -74,22 +80,27 @@ class TestCA:
         not_after: datetime.datetime | None = None,
         password: bytes | None = None,
         key: Any = None,
+        san: bool = True,
+        basic_constraints: bool = True,
     ) -> Issued:
-        """A server certificate for ``names``, on a new P-256 key or on ``key`` (any private key cryptography makes)."""
+        """A server certificate for ``names``, on a new P-256 key or on ``key`` (any private key cryptography makes);
+        without ``san`` only the subject's CN names it, without ``basic_constraints`` it does not say it is no CA."""
         key = key if key is not None else ec.generate_private_key(ec.SECP256R1())
-        cert = (
+        builder = (
             x509.CertificateBuilder()
             .subject_name(_name(names[0])).issuer_name(self.name).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(not_before or NOW - datetime.timedelta(days=1))
             .not_valid_after(not_after or NOW + datetime.timedelta(days=365))
-            .add_extension(_san(names), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
-            .sign(self.key, hashes.SHA256())
         )  # fmt: skip
+        if san:
+            builder = builder.add_extension(_san(names), critical=False)
+        if basic_constraints:
+            builder = builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        cert = builder.sign(self.key, hashes.SHA256())
         return Issued(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key, password))
 
 

@@ -23,7 +23,9 @@ the caches' subdirectories as the service user).
 
 from __future__ import annotations
 
+import errno
 import os
+import pwd
 import stat
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -41,10 +43,8 @@ def _mode_text(info: os.stat_result) -> str:
 
 def _owner_text(info: os.stat_result) -> str:
     try:
-        import pwd
-
         return pwd.getpwuid(info.st_uid).pw_name
-    except (ImportError, KeyError):
+    except KeyError:  # a uid without a passwd entry
         return f"uid {info.st_uid}"
 
 
@@ -111,8 +111,18 @@ def resolve_trusted(path: str, variable: str, *, anchor: str = "/", _depth: int 
     return current, []
 
 
-def _open_directory(path: str) -> int:
-    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+def _open_directory(path: str, variable: str) -> int:
+    """``path`` opened as a directory, never through a link: a directory swapped for a link (or a file) after
+    the walk checked it is refused here, nothing changed."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        if err.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        raise UntrustedPathError(
+            f"{variable} = {path} became a link or a file while it was checked (someone else is changing it): "
+            "nothing changed. Fix: find out who writes there, then run again"
+        ) from None
 
 
 def ensure_directory(
@@ -130,7 +140,7 @@ def ensure_directory(
     created: List[str] = []
     before: Optional[Dict[str, Any]] = None
     if not missing:
-        fd = _open_directory(real)
+        fd = _open_directory(real, variable)
         try:
             info = os.fstat(fd)
             before = {"uid": info.st_uid, "gid": info.st_gid, "mode": _mode_text(info)}
@@ -150,7 +160,7 @@ def ensure_directory(
                 continue
             last = number == len(missing) - 1
             os.mkdir(current, 0o700)  # never follows a link; the owner and mode come through its descriptor
-            fd = _open_directory(current)
+            fd = _open_directory(current, variable)
             try:
                 os.fchown(fd, uid if last else 0, gid if last else 0)
                 os.fchmod(fd, mode if last else 0o755)

@@ -73,7 +73,8 @@ def secret_forms(value: str) -> List[bytes]:
     ``repr`` (``ServerArgs(api_key='...')``: backslashes, quotes, tabs escaped; either quote style),
     inside JSON (``/server_info``-style dumps, ASCII-escaped or not) and URL-encoded (a query string).
     A key of letters, digits and ``._~-`` has one form; the role refuses anything that needs escaping,
-    and these forms cover a key set by other means."""
+    and these forms cover a key set by other means. Longest first: one form can lie inside another
+    (``\\x`` inside the repr's ``\\\\x``), and a replacement in this order masks the longer whole."""
     text = repr(value)
     body = text[1:-1]
     if text[0] == "'":  # the body inside '...'; the same string inside "..." escapes the other quote

@@ -75,8 +75,8 @@ def _walk(path: str, what: str, depth: int = 0) -> tuple[str, list[str]]:
             info = os.lstat(candidate)
         except FileNotFoundError:
             return current, parts[index:]
-        except NotADirectoryError:
-            raise UnsafeDirectoryError(f"{what}: {current} on the way to {path} is not a directory") from None
+        except OSError as err:  # a name too long, a directory root may not search
+            raise UnsafeDirectoryError(f"{what}: cannot read {candidate} ({err.strerror}). Fix: name another directory") from None
         parent = os.lstat(current)
         if stat.S_ISLNK(info.st_mode):
             if not _trusted_owner(info) or (_others_may_write(parent) and not parent.st_mode & stat.S_ISVTX):

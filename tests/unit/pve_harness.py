@@ -175,9 +175,15 @@ def pve(fakepve: FakePve) -> Iterator[FakePve]:
 
     fakepve._record = record_with_query  # type: ignore[method-assign]
     yield fakepve
-    refused = sorted({why for method, path, body in sent for why in pve_api.problems(method, path, body)})
+    refused = schema_refusals(sent)
     if refused:
         pytest.fail("requests PVE's API schema refuses (fakepve took them):\n" + "\n".join(refused), pytrace=False)
+
+
+def schema_refusals(sent: list[tuple[str, str, bytes]]) -> list[str]:
+    """What PVE's API schema refuses in the requests a test sent (method, path with its query, body): the check
+    the ``pve`` fixture makes after each test (tests/unit/vm/test_pve_api_schema.py shows it firing)."""
+    return sorted({why for method, path, body in sent for why in pve_api.problems(method, path, body)})
 
 
 @pytest.fixture()

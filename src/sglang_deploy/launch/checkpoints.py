@@ -173,8 +173,14 @@ def _fusion_problem(verdict: Verdict) -> str:
     if verdict.inspection is not None:
         shared = "/".join(sorted(verdict.inspection.shared_expert_dtypes))
         routed = "/".join(sorted(verdict.inspection.routed_expert_dtypes))
+    # The inspection keeps the target layers' dtypes; when those agree, the draft layer's are the ones that differ.
+    where = (
+        f"the draft layer's shared expert and routed experts differ in dtype (the other layers' are {shared})"
+        if shared == routed and shared != "?"
+        else f"the shared expert is {shared} beside {routed} routed experts"
+    )
     return (
-        f"{verdict.source}: the shared expert is {shared} beside {routed} routed experts, and sglang fuses the "
+        f"{verdict.source}: {where}, and sglang fuses the "
         "shared expert into the routed ones without comparing their dtypes (GLM-5 and DeepSeek-V3 on 256 experts): "
         "its output would be wrong. Fix: add disable-shared-experts-fusion: true to the launch "
         "(sglang_server_flags_override)"

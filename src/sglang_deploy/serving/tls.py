@@ -67,8 +67,8 @@ class TlsFile:
 
     path: str
     content: bytes
-    mode: int = 0o600
-    vaulted: bool = False
+    mode: int
+    vaulted: bool
 
 
 def names_of(certificate: x509.Certificate) -> list[str]:
@@ -124,6 +124,14 @@ def judge(
     chain = _certificates(cert, VARIABLES["certfile"], problems)
     anchors = _certificates(ca, VARIABLES["cafile"], problems)
     leaf = chain[0] if chain else None
+    if len(chain) > 1 and _is_ca(chain[0]):
+        # A bundle written CA-first: the server would present the CA as its own certificate. (One CA certificate
+        # alone is a self-signed server certificate: the chain's check below says what to do instead.)
+        problems.append(
+            f"{VARIABLES['certfile']}={cert.path}: its first certificate ({chain[0].subject.rfc4514_string()}) is a CA's, "
+            "not the server's. Fix: put the server's certificate first, then any intermediate"
+        )
+        raise TlsError("; ".join(problems))
     _judge_key(key, leaf, cert.path, problems)
     warnings: list[str] = []
     if leaf is not None:
@@ -163,6 +171,14 @@ def judge(
         "sha256": _fingerprint(leaf),
         "warnings": warnings,
     }
+
+
+def _is_ca(certificate: x509.Certificate) -> bool:
+    crypto_x509, _, _ = _crypto()
+    try:
+        return bool(certificate.extensions.get_extension_for_class(crypto_x509.BasicConstraints).value.ca)
+    except crypto_x509.ExtensionNotFound:
+        return False
 
 
 def _covered(listed: Sequence[str], name: str) -> bool:

@@ -84,6 +84,34 @@ def test_a_link_on_the_way_is_followed_only_when_root_or_the_user_made_it(tmp_pa
         ownpath.directory(planted / "other", "the state directory")
 
 
+def test_the_users_own_link_in_a_sticky_directory_is_followed(tmp_path: Path) -> None:
+    """A sticky directory others may write (/tmp) keeps the user's own link theirs: it is followed, as a link in
+    any directory only its owner may write is."""
+    real = tmp_path / "real"
+    real.mkdir()
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    (sticky / "link").symlink_to(real)
+    assert ownpath.directory(sticky / "link" / "state", "x") == real / "state"
+
+
+def test_a_directory_that_appears_while_it_is_made_or_cannot_be_made_is_one_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing can make a directory on procfs: the mkdir's own error, in one line.
+    with pytest.raises(ownpath.UnsafeDirectoryError, match=r"^x: cannot make /proc/sglang-deploy-test \(.+\)\. Fix:"):
+        ownpath.directory("/proc/sglang-deploy-test/state", "x")
+    with pytest.raises(ownpath.UnsafeDirectoryError, match=r"^x: cannot read .*/a{300} \(File name too long\)\. Fix:"):
+        ownpath.directory(tmp_path / ("a" * 300) / "state", "x")
+    # Made by someone else between the walk and the mkdir: by whom is unknown, so it is not used.
+    (tmp_path / "raced").mkdir()
+    monkeypatch.setattr(ownpath, "_walk", lambda path, what: (str(tmp_path), ["raced", "state"]))
+    with pytest.raises(ownpath.UnsafeDirectoryError, match=r"raced appeared while it was being made\. Fix: run the command again"):
+        ownpath.directory(tmp_path / "raced" / "state", "x")
+    assert not (tmp_path / "raced" / "state").exists()
+
+
 def test_a_link_loop_and_a_file_are_refused_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "a").symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(tmp_path / "a")
@@ -94,6 +122,46 @@ def test_a_link_loop_and_a_file_are_refused_in_one_line(tmp_path: Path) -> None:
         ownpath.directory(tmp_path / "file", "x")
     with pytest.raises(ownpath.UnsafeDirectoryError, match="is a file, not a directory"):
         ownpath.directory(tmp_path / "file" / "below", "x")
+
+
+@needs_root
+def test_group_write_is_trusted_only_for_roots_or_the_users_group(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o775)  # root's group (the user's too, as root): nobody else may write
+    assert ownpath.directory(shared / "a", "x").is_dir()
+    os.chown(shared, 0, NOBODY)  # another group may write: its members could swap what is made in it
+    with pytest.raises(ownpath.UnsafeDirectoryError, match="another user can replace what lies in it"):
+        ownpath.directory(shared / "b", "x")
+    assert ownpath.parent_of_new_file(tmp_path / "f", "x") == tmp_path / "f"
+    with pytest.raises(ownpath.UnsafeDirectoryError, match="another user can replace what this command writes"):
+        ownpath.parent_of_new_file(shared / "f", "x")
+
+
+@needs_root
+def test_an_owner_and_a_user_without_a_name_are_shown_by_uid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stranger = _theirs(tmp_path / "stranger")
+    os.chown(stranger, 4242421, 4242421)  # no passwd entry
+    with pytest.raises(ownpath.UnsafeDirectoryError, match="is owned by uid 4242421 with mode 0755"):
+        ownpath.directory(stranger, "x")
+    # The command run by a uid without a name (this process's uid told so: the venv's Python under /root cannot run
+    # as another user here): the message names it by uid.
+    monkeypatch.setattr(ownpath.os, "geteuid", lambda: 4242422)
+    with pytest.raises(ownpath.UnsafeDirectoryError, match="it is not uid 4242422's own, and uid 4242422 did not make it"):
+        ownpath.directory(_theirs(tmp_path / "nobodys"), "x")
+
+
+def test_a_chain_of_links_at_the_limit_is_followed_and_one_more_is_not(tmp_path: Path) -> None:
+    target = tmp_path / "data"
+    target.mkdir()
+    previous = target
+    for number in range(ownpath.MAX_LINKS + 1):
+        link = tmp_path / f"l{number}"
+        link.symlink_to(previous)
+        previous = link
+    assert ownpath.directory(tmp_path / f"l{ownpath.MAX_LINKS - 1}" / "x", "x") == target / "x"
+    with pytest.raises(ownpath.UnsafeDirectoryError, match="links on the way"):
+        ownpath.directory(tmp_path / f"l{ownpath.MAX_LINKS}" / "y", "x")
 
 
 @needs_root

@@ -400,3 +400,31 @@ def test_https_workers_without_a_known_ca_are_refused_naming_the_fix() -> None:
     # A router given its own CAs (extra flags) is the operator's choice.
     flags = _resolve(worker_urls=["https://10.0.0.1:8000"], extra_flags={"ca-cert-paths": ["/etc/ssl/corp.pem"]})["flags"]
     assert flags["ca-cert-paths"] == ["/etc/ssl/corp.pem"]
+
+
+def test_a_router_key_sglang_would_print_escaped_is_refused_without_showing_it():
+    with pytest.raises(router.RouterConfigError) as err:
+        _resolve(api_key="router key'0123456789")
+    message = str(err.value)
+    assert message.startswith("host r1: sglang_router_api_key holds a space or tab at character 7, a quote or backslash at character 11")
+    assert "router key" not in message and "0123456789" not in message, message
+
+
+def test_each_routers_endpoints_come_from_its_resolution_and_an_unresolved_one_is_named():
+    resolved = {"r1": {"url": "https://r1:30000", "metrics_url": "http://r1:29000/metrics"},
+                "r2": {"url": "http://r2:30000", "metrics_url": "http://r2:29000/metrics"}}  # fmt: skip
+    assert router.router_endpoints(resolved) == {
+        "r1": {"url": "https://r1:30000", "metrics": "http://r1:29000/metrics"},
+        "r2": {"url": "http://r2:30000", "metrics": "http://r2:29000/metrics"},
+    }
+    for unresolved in (None, {"metrics_url": "http://r3:29000/metrics"}, "r3"):
+        with pytest.raises(router.RouterConfigError, match=r"router r3 has no resolved router .* Fix: run `sglang-deploy validate"):
+            router.router_endpoints({**resolved, "r3": unresolved})
+
+
+@pytest.mark.parametrize("bad", ["a\nb", "a\rb", "a\0b"])
+def test_a_router_flag_holding_a_control_character_is_refused(bad):
+    with pytest.raises(router.RouterConfigError, match="a router argument holds a control character"):
+        router.flag_argv({"log-dir": bad})
+    with pytest.raises(router.RouterConfigError, match="a router argument holds a control character"):
+        router.flag_argv({"policy": ["x", bad]})

@@ -165,3 +165,111 @@ def test_the_gate_fails_a_server_that_answers_one_constant_string(standin: Stand
 def test_the_gate_passes_the_right_answers_of_the_stand_in(standin: Standin) -> None:
     found = gate.run_probes(ep.Endpoint(standin.url, api_key=KEY), "glm-5", gate.load_probes())
     assert all(r.ok for r in found), gate.report(found)
+
+
+# -- the probes file at its edges: each check alone, each bound on both sides (issue 44) --------------------------
+def _one(**entry: object) -> list[dict[str, object]]:
+    return [{"name": "n", "prompt": "What is the code?", "expect": "17", **entry}]
+
+
+FACT = "The code is 17."
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({}, "want a non-empty list"),
+        ([], "want a non-empty list"),
+        (_one(prompt="   "), "'prompt' must be a non-empty string"),
+        (_one(prompt=5), "'prompt' must be a non-empty string"),
+        (_one(expect="  "), "'expect' must be a non-empty string"),
+        (_one(expect=5), "'expect' must be a non-empty string"),
+        (_one(reject="  "), "'reject' must be a non-empty string"),
+        (_one(max_tokens=0), "max_tokens must be a positive integer"),
+        (_one(max_tokens="8"), "max_tokens must be a positive integer"),
+        (_one(max_tokens=True), "max_tokens must be a positive integer"),
+        (_one(context={"fact": "   "}), "context.fact must be a non-empty string"),
+        (_one(context={"fact": 17}), "context.fact must be a non-empty string"),
+        (_one(context={"fact": FACT, "filler_chars": "9"}), "context.filler_chars"),
+        (_one(context={"fact": FACT, "filler_chars": True}), "context.filler_chars"),
+        (_one(context={"fact": FACT, "filler_chars": -1}), "context.filler_chars"),
+        (_one(context={"fact": FACT, "depth": -0.01}), "context.depth must be between 0"),
+        (_one(context={"fact": FACT, "depth": 1.01}), "context.depth must be between 0"),
+        (_one(context={"fact": FACT, "depth": True}), "context.depth must be between 0"),
+        (_one(context={"fact": FACT, "depth": "0.5"}), "context.depth must be between 0"),
+        (_one(expect=None, number=True), "number must be a number"),
+        (_one(expect=None, number=float("nan")), "number must be a number"),
+        (_one(expect=None, number=float("inf")), "number must be a number"),
+        (_one(expect=None, number=float("-inf")), "number must be a number"),
+        (_one() + _one(), "probe names must be unique, repeated: ['n']"),
+    ],
+)
+def test_each_check_of_a_probe_entry_refuses_alone(data: object, message: str) -> None:
+    with pytest.raises(gate.ProbeFileError) as err:
+        gate.parse_probes(data, "f.yml")
+    assert message in str(err.value) and str(err.value).startswith("f.yml")
+
+
+def test_each_bound_of_a_probe_entry_takes_its_edge() -> None:
+    (probe,) = gate.parse_probes(_one(max_tokens=1, max_answer_chars=1, context={"fact": FACT, "filler_chars": 0, "depth": 0}), "f.yml")
+    assert (probe.max_tokens, probe.max_answer_chars, probe.context) == (1, 1, gate.Context(FACT, 0, 0.0))
+    (probe,) = gate.parse_probes(_one(context={"fact": FACT, "depth": 1}), "f.yml")
+    assert probe.context == gate.Context(FACT, 0, 1.0)
+    names = [p.name for p in gate.parse_probes(_one() + _one(name="m"), "f.yml")]
+    assert names == ["n", "m"]
+
+
+# -- judging at the edges ----------------------------------------------------------------------------------------
+def test_an_answer_of_exactly_the_probes_limit_passes_and_one_more_character_fails() -> None:
+    probe = gate.Probe("p", "Say 17.", gate.re.compile("17"), max_answer_chars=20)
+    assert gate.judge(probe, {"content": "17" + "." * 18}).ok
+    assert gate.judge(probe, {"content": "17" + "." * 19}).reason == "the answer is 21 characters, more than the probe's max_answer_chars 20"
+
+
+def test_thinking_is_told_from_an_answer_wherever_it_shows() -> None:
+    probe = gate.Probe("p", "Say 17.", gate.re.compile("17"))
+    # A reasoning parser moved the thinking aside: an empty content ran out of tokens while thinking.
+    assert gate.judge(probe, {"content": "", "reasoning_content": "let me see"}, "length", 9).reason == (
+        "the thinking did not finish within max_tokens 9: raise the probe's max_tokens")
+    assert gate.judge(probe, {"content": "", "reasoning_content": "let me see"}).reason == "empty answer (only thinking)"
+    assert gate.judge(probe, {"content": "", "reasoning_content": ""}).reason == "empty answer"
+    # Without a parser, thinking that opens after some text and closes with nothing after it is thinking too.
+    assert gate.judge(probe, {"content": "ok <think>17 or</think>"}, "length", 9).reason.startswith("the thinking did not finish")
+    assert gate.judge(probe, {"content": "ok 17"}, "length", 9).reason.startswith("the answer did not stop")
+
+
+def test_degeneration_is_judged_from_its_minimum_length_and_below_its_ratio(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = "ab" * (gate.DEGENERATE_MIN_CHARS // 2)
+    assert gate.degenerate(loop) is not None and gate.degenerate(loop[:-1]) is None
+    monkeypatch.setattr(gate, "compression_ratio", lambda text: gate.DEGENERATE_RATIO)
+    assert gate.degenerate(loop) is None  # at the ratio: not degenerate
+    monkeypatch.setattr(gate, "compression_ratio", lambda text: gate.DEGENERATE_RATIO - 1e-9)
+    assert gate.degenerate(loop) is not None
+
+
+def test_the_first_reason_against_an_answer_is_the_one_given() -> None:
+    """An answer equal to another's and holding a third's answer fails as 'the same answer' (checked first, and the
+    search stops there)."""
+    judged_all = results({**RIGHT, "capital-of-france": "Paris 42", "arithmetic": "Paris 42"})
+    capital = next(r for r in judged_all if r.probe.name == "capital-of-france")
+    assert capital.reason.startswith("the same answer as probe arithmetic"), capital.describe()
+
+
+def test_another_probes_number_is_no_conflict_when_it_is_one_of_my_steps() -> None:
+    mine = gate.Probe("mine", "Add 3 and 4, then 2.", gate.re.compile("9"), number=9.0, steps=(7.0,))
+    other = gate.Probe("other", "What is 3 + 4?", gate.re.compile("7"), number=7.0)
+    answers = [gate.judge(mine, {"content": "3 + 4 = 7, and 7 + 2 = 9"}), gate.judge(other, {"content": "7"})]
+    assert [r.ok for r in gate.judge_all(answers)] == [True, True], [r.describe() for r in gate.judge_all(answers)]
+
+
+def test_an_answer_holding_two_other_answers_is_failed_for_the_first() -> None:
+    """The reason names the first other probe whose answer it holds (the search stops there), numeric or not."""
+    text = [gate.Probe(name, f"Say {word}.", gate.re.compile(word)) for name, word in (("a", "alpha"), ("b", "beta"), ("c", "gamma"))]
+    judged_text = gate.judge_all([gate.judge(text[0], {"content": "alpha beta gamma"}), gate.judge(text[1], {"content": "beta"}),
+                                  gate.judge(text[2], {"content": "gamma"})])  # fmt: skip
+    assert judged_text[0].reason == "it also holds probe b's answer (/beta/): not an answer to its own question"
+    numeric = [gate.Probe("w", "Say alpha.", gate.re.compile("alpha")), gate.Probe("x", "2 + 3?", gate.re.compile("5"), number=5.0),
+               gate.Probe("y", "2 * 3?", gate.re.compile("6"), number=6.0)]  # fmt: skip
+    judged_numbers = gate.judge_all([gate.judge(numeric[0], {"content": "alpha 5 6"}), gate.judge(numeric[1], {"content": "5"}),
+                                     gate.judge(numeric[2], {"content": "6"})])  # fmt: skip
+    assert judged_numbers[0].reason == "it also holds probe x's answer 5: not an answer to its own question"

@@ -4,12 +4,14 @@ where it matters: logs its ServerArgs (key included) from the main process and a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -181,6 +183,46 @@ def test_masker_carries_a_secret_split_by_a_chunk_in_a_line_longer_than_its_boun
         assert first + rest == head + MASK + b" tail\n", cut
 
 
+def test_masker_carries_enough_for_the_longest_of_several_secrets() -> None:
+    """The launcher hands the masker every form of every secret at once (the API key, the admin key, their repr,
+    JSON and URL forms): different lengths. What a chunk leaves behind is the longest one's length less a byte,
+    so the long secret cut at any byte is masked in a line past the bound, and the short one beside it too."""
+    short, long_ = b"k3y-0", b"admin-" + b"L" * 40
+    head = b"z" * (70 * 1024)
+    for cut in range(1, len(long_)):
+        masker = Masker([short, long_])
+        out = masker.feed(head + short + b" " + long_[:cut])
+        out += masker.feed(long_[cut:] + b" " + short + b"\n") + masker.flush()
+        assert out == head + MASK + b" " + MASK + b" " + MASK + b"\n", cut
+
+
+def test_masker_masks_the_longer_of_two_secrets_that_share_a_start() -> None:
+    """A secret that begins another (a key and the key with a suffix): the longer is masked whole, not the
+    shorter with the rest left showing."""
+    out = _masked([b"token=abcdef-ghij\n"], [b"abcdef", b"abcdef-ghij"])
+    assert out == b"token=" + MASK + b"\n"
+    out = _masked([b"token=abcdef-ghij\n"], [b"abcdef-ghij", b"abcdef"])
+    assert out == b"token=" + MASK + b"\n"
+
+
+def test_masker_ignores_an_empty_secret_and_passes_text_without_secrets_unchanged() -> None:
+    assert _masked([b"plain line\n", b"no newline"], [b"", KEY.encode()]) == b"plain line\nno newline"
+    assert _masked([b"a\n"], []) == b"a\n"
+    masker = Masker([KEY.encode()])
+    assert masker.feed(b"partial") == b"" and masker.flush() == b"partial"  # held until its line ends
+
+
+def test_every_form_of_two_keys_is_masked_in_one_stream() -> None:
+    api, admin = "api-key-0123456789", "admin'key\\0123"
+    secrets = sglang_launcher.secret_forms(api) + sglang_launcher.secret_forms(admin)
+    assert len({len(form) for form in secrets}) > 2
+    line = f"ServerArgs(api_key={api!r}, admin_api_key={admin!r}) {json.dumps(admin)} {urllib.parse.quote(admin, safe='')}\n"
+    data = line.encode()
+    for size in (1, 3, 7, len(data)):
+        out = _masked([data[i : i + size] for i in range(0, len(data), size)], secrets)
+        assert api.encode() not in out and b"admin" not in out.replace(b"admin_api_key", b""), (size, out)
+
+
 @pytest.mark.parametrize("key", ["back\\slash-key-0123", "quo'te\"key-0123", "tab\tkey-0123", "ünïcode-key-0123", "sp ace%key-0123"])
 def test_a_key_that_sglang_prints_escaped_is_masked_in_every_form(standin: Path, key: str) -> None:
     """sglang logs ServerArgs as a repr (backslash, quotes, tab escaped); libraries print JSON or URLs.
@@ -212,3 +254,80 @@ def test_strip_ansi_keeps_the_journal_plain_and_still_masks(standin: Path) -> No
     assert done.stdout == b"WARN plain\n" and done.stderr == b"err\n"
     plain = subprocess.run(argv[:-2] + ["--"], env=env, capture_output=True, timeout=60, check=False)
     assert b"\x1b[33m" in plain.stdout  # without the switch the module's output is untouched
+
+
+@pytest.mark.parametrize(
+    ("key", "forms"),
+    [
+        # repr picks "..." for a key holding ' and no ": the '...' form escapes the quote.
+        ("it's-key", {"it's-key", "it\\'s-key", "it%27s-key"}),
+        # and '...' for one holding ": JSON and the "..." form escape it.
+        ('say"hi', {'say"hi', 'say\\"hi', "say%22hi"}),
+        # JSON ASCII-escaped and not; a control character the repr writes as \x01, JSON as \u0001.
+        ("ü\x01", {"ü\x01", "ü\\x01", "\\u00fc\\u0001", "ü\\u0001", "%C3%BC%01"}),
+        ("a b", {"a b", "a%20b", "a+b"}),
+    ],
+)
+def test_secret_forms_are_exactly_the_ways_it_is_printed_longest_first(key: str, forms: set[str]) -> None:
+    found = sglang_launcher.secret_forms(key)
+    assert set(found) == {form.encode() for form in forms}
+    assert [len(form) for form in found] == sorted((len(form) for form in found), reverse=True)
+
+
+def test_a_line_without_a_newline_is_written_once_past_the_limit_keeping_a_secrets_length_back() -> None:
+    """A line is held until it ends, up to 64 KiB; past that it is written but for the last len(secret) - 1 bytes,
+    which may be the start of a secret the next chunk ends."""
+    limit = sglang_launcher._MAX_LINE
+    secret = b"0123456789"
+    masker = Masker([secret, b"abc"])
+    assert masker.feed(b"x" * limit) == b""  # at the limit: still held
+    masker = Masker([secret, b"abc"])
+    assert masker.feed(b"x" * (limit + 1)) == b"x" * (limit + 1 - (len(secret) - 1))
+    assert masker.feed(b"01234") == b"" and masker.feed(b"56789\n") == b"x" * (len(secret) - 1) + MASK + b"\n"
+
+
+def test_the_masker_keeps_colour_codes_unless_told_to_strip_them() -> None:
+    coloured = b"\x1b[31mred " + KEY.encode() + b"\x1b[0m\n"
+    assert _masked([coloured], [KEY.encode()]) == b"\x1b[31mred " + MASK + b"\x1b[0m\n"
+    stripped = Masker([KEY.encode()], strip_ansi=True)
+    assert stripped.feed(coloured) == b"red " + MASK + b"\n"
+
+
+def test_relay_drains_what_a_lingering_worker_writes_for_the_drain_time_then_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """sglang's spawned workers can outlive its main process holding the log pipes: after the child exits, what
+    they write is relayed (masked, a last line without its newline too) for the drain time, and then relay
+    returns the child's status instead of waiting for the pipes to close."""
+    monkeypatch.setattr(sglang_launcher, "_DRAIN_AFTER_EXIT_S", 1.5)
+    saved = {signum: signal.getsignal(signum) for signum in sglang_launcher._FORWARDED_SIGNALS}
+    read_end, write_end = os.pipe()
+    out_read, out_write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child
+        for fd in (read_end, out_read, out_write):
+            os.close(fd)
+        if os.fork() == 0:  # the lingering worker: writes after the child exits, then holds the pipe
+            for line in (b"late " + KEY.encode() + b"\n", b"later\n", b"partial"):  # each read on its own
+                time.sleep(0.3)
+                os.write(write_end, line)
+            time.sleep(6)
+            os._exit(0)
+        os.write(write_end, b"\x1b[1mfirst " + KEY.encode() + b"\n")  # kept: strip_ansi is off unless asked
+        os._exit(3)
+    os.close(write_end)
+    try:
+        start = time.monotonic()
+        status = sglang_launcher.relay({read_end: out_write}, [KEY.encode()], child)
+        elapsed = time.monotonic() - start
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+        os.close(out_write)
+        with contextlib.suppress(OSError):  # left open by relay when the worker still held it
+            os.close(read_end)
+    with os.fdopen(out_read, "rb") as relayed:
+        out = relayed.read(1 << 20)
+    assert status == 3
+    assert out == b"\x1b[1mfirst " + MASK + b"\nlate " + MASK + b"\nlater\npartial"
+    assert 1.4 <= elapsed < 5, elapsed

@@ -120,6 +120,136 @@ def test_the_directory_itself_may_be_the_services_and_is_adjusted_without_follow
         _ensure(anchor / "jit" / "file", anchor)
 
 
+def test_a_swap_between_the_walk_and_the_open_is_refused_and_the_target_untouched(anchor: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk finds a plain directory; before root opens it, it is replaced by a link to a system directory (a
+    race the walk alone cannot close): the O_NOFOLLOW open refuses it and root changes nothing."""
+    victim = anchor / "etc-like"
+    victim.mkdir(mode=0o755)
+    managed = anchor / "home"
+    managed.mkdir(mode=0o755)
+    walk = safepath.resolve_trusted
+
+    def walk_then_swap(path: str, variable: str, **kwargs: object) -> tuple[str, list[str]]:
+        found = walk(path, variable, **kwargs)  # type: ignore[arg-type]
+        managed.rmdir()
+        managed.symlink_to(victim)
+        return found
+
+    monkeypatch.setattr(safepath, "resolve_trusted", walk_then_swap)
+    with pytest.raises(safepath.UntrustedPathError, match=r"home became a link or a file while it was checked"):
+        _ensure(managed, anchor, uid=SERVICE_UID, mode=0o700)
+    assert _state(victim) == (0, 0, 0o755)
+    managed.unlink()
+    managed.write_text("now a file")
+    monkeypatch.setattr(safepath, "resolve_trusted", lambda path, variable, **kw: (str(managed), []))
+    with pytest.raises(safepath.UntrustedPathError, match="became a link or a file"):
+        _ensure(managed, anchor)
+
+
+@pytest.mark.parametrize("loop", ["self", "pair"])
+def test_a_loop_of_root_owned_links_is_refused_not_followed_forever(anchor: Path, loop: str) -> None:
+    first = anchor / "a"
+    if loop == "self":
+        first.symlink_to(first)
+    else:
+        first.symlink_to(anchor / "b")
+        (anchor / "b").symlink_to(first)
+    with pytest.raises(safepath.UntrustedPathError, match=f"more than {safepath.MAX_LINKS} links on the way"):
+        _ensure(first / "x", anchor)
+
+
+def test_a_chain_of_links_at_the_limit_is_followed_and_one_more_is_not(anchor: Path) -> None:
+    target = anchor / "data"
+    target.mkdir()
+    previous = target
+    for number in range(safepath.MAX_LINKS + 1):
+        link = anchor / f"l{number}"
+        link.symlink_to(previous)
+        previous = link
+    assert _ensure(anchor / f"l{safepath.MAX_LINKS - 1}" / "x", anchor)["path"] == str(target / "x")
+    with pytest.raises(safepath.UntrustedPathError, match="links on the way"):
+        _ensure(anchor / f"l{safepath.MAX_LINKS}" / "y", anchor)
+
+
+def test_a_link_to_nowhere_and_a_file_on_the_way_are_refused(anchor: Path) -> None:
+    (anchor / "dangling").symlink_to(anchor / "nowhere")
+    with pytest.raises(safepath.UntrustedPathError, match=r"the link .*dangling points at .*nowhere, which does not exist"):
+        _ensure(anchor / "dangling" / "x", anchor)
+    (anchor / "file").write_text("x")
+    with pytest.raises(safepath.UntrustedPathError, match=r"file on the way is not a directory"):
+        _ensure(anchor / "file" / "x", anchor)
+
+
+@pytest.mark.parametrize(
+    ("path", "needle"),
+    [("relative/dir", "is not an absolute path"), ("/a/../b", "is not normalized"), ("/a/./b", "is not normalized"),
+     ("/a\0b", "is not an absolute path"), ("", "not a directory root may manage"), ("/", "not a directory root may manage")],
+)  # fmt: skip
+def test_paths_that_are_not_absolute_and_normal_are_refused(anchor: Path, path: str, needle: str) -> None:
+    with pytest.raises(safepath.UntrustedPathError, match=needle):
+        safepath.ensure_directory(path, 0, 0, 0o755, "v", anchor="/")
+    with pytest.raises(safepath.UntrustedPathError, match="is outside"):
+        _ensure(Path("/elsewhere/x"), anchor)
+
+
+def test_group_write_is_trusted_only_for_roots_group(anchor: Path) -> None:
+    """A directory group-writable by root's own group changes only by root; by another group, by its members."""
+    wheel = anchor / "wheel"
+    wheel.mkdir()
+    wheel.chmod(0o775)
+    assert _ensure(wheel / "ok", anchor)["created"] == [str(wheel / "ok")]
+    os.chown(wheel, 0, 50)
+    with pytest.raises(safepath.UntrustedPathError, match="wheel on the way is owned by root with mode 0775"):
+        _ensure(wheel / "no", anchor)
+    os.chown(wheel, 0, 0)
+    wheel.chmod(0o757)
+    with pytest.raises(safepath.UntrustedPathError, match="mode 0757"):
+        _ensure(wheel / "no", anchor)
+    wheel.chmod(0o755)
+    os.chown(wheel, SERVICE_UID, 0)
+    with pytest.raises(safepath.UntrustedPathError, match="owned by nobody with mode 0755"):
+        _ensure(wheel / "no", anchor)
+
+
+def test_the_group_asked_for_goes_to_the_managed_directory_only(anchor: Path) -> None:
+    done = safepath.ensure_directory(str(anchor / "a" / "b"), SERVICE_UID, SERVICE_UID, 0o750, "v", anchor=str(anchor))
+    assert done["created"] == [str(anchor / "a"), str(anchor / "a" / "b")]
+    assert _state(anchor / "a") == (0, 0, 0o755) and _state(anchor / "a" / "b") == (SERVICE_UID, SERVICE_UID, 0o750)
+    again = safepath.ensure_directory(str(anchor / "a" / "b"), SERVICE_UID, 0, 0o750, "v", anchor=str(anchor))
+    assert again["changed"] and _state(anchor / "a" / "b") == (SERVICE_UID, 0, 0o750)
+
+
+def test_a_root_owned_link_as_the_managed_directory_leads_to_a_directory_given_to_the_service(anchor: Path) -> None:
+    """The last entry's owner is the caller's choice (a home given to the service): a root-owned link to it is
+    followed and what it points at is adjusted, though the service owns it - only the directories on the way must
+    be root's."""
+    home = anchor / "srv-home"
+    home.mkdir()
+    os.chown(home, SERVICE_UID, 0)
+    (anchor / "home").symlink_to(home)
+    done = _ensure(anchor / "home", anchor, uid=SERVICE_UID, mode=0o700)
+    assert done["path"] == str(home) and _state(home) == (SERVICE_UID, 0, 0o700)
+
+
+def test_a_dry_run_on_an_existing_directory_reports_the_change_and_makes_none(anchor: Path) -> None:
+    existing = anchor / "existing"
+    existing.mkdir()
+    existing.chmod(0o777)
+    done = _ensure(existing, anchor, uid=SERVICE_UID, mode=0o700, dry_run=True)
+    assert done["changed"] and done["before"] == {"uid": 0, "gid": 0, "mode": "0777"}
+    assert _state(existing) == (0, 0, 0o777)
+    same = _ensure(existing, anchor, uid=0, mode=0o777)
+    assert not same["changed"] and _state(existing) == (0, 0, 0o777)
+
+
+def test_an_owner_without_a_name_is_shown_by_uid(anchor: Path) -> None:
+    stranger = anchor / "stranger"
+    stranger.mkdir()
+    os.chown(stranger, 4242421, 0)  # no passwd entry
+    with pytest.raises(safepath.UntrustedPathError, match="stranger on the way is owned by uid 4242421 with mode 0755"):
+        _ensure(stranger / "x", anchor)
+
+
 def test_check_mode_changes_nothing(anchor: Path) -> None:
     done = _ensure(anchor / "a" / "b", anchor, dry_run=True)
     assert done["changed"] and done["created"] == [str(anchor / "a"), str(anchor / "a" / "b")]

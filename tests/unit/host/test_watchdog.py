@@ -6,6 +6,7 @@ watchdog's unit against the real sglang unit (tests/infra/test_watchdog.py)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -451,6 +452,91 @@ def test_a_squatter_on_the_port_never_receives_the_key(tmp_path: Path, capsys: p
     finally:
         squatter.kill()
         squatter.wait()
+
+
+# -- who holds the port, when the server binds a wildcard ------------------------------------------------------
+# Tests bind 127.0.0.1 only, so the wildcard sockets (the shipped profile binds 0.0.0.0) are written into a copy of
+# /proc/net: each line is the kernel's own line for a real loopback listener of this test, with its address and
+# owner rewritten - the format is the kernel's, the addresses are the ones under test.
+V4_WILDCARD, V4_LOOPBACK, V4_OTHER = "00000000", "0100007F", "0B0200C0"  # 0.0.0.0, 127.0.0.1, 192.0.2.11
+V6_WILDCARD = "0" * 32
+V6_LOOPBACK = "00000000000000000000000001000000"
+V6_MAPPED_LOOPBACK = "0000000000000000FFFF00000100007F"
+
+
+def test_proc_net_addresses_decode_as_the_kernel_writes_them() -> None:
+    assert str(wd._proc_net_address(V4_LOOPBACK)) == "127.0.0.1"
+    assert str(wd._proc_net_address(V4_OTHER)) == "192.0.2.11"
+    assert str(wd._proc_net_address(V4_WILDCARD)) == "0.0.0.0"
+    assert str(wd._proc_net_address(V6_WILDCARD)) == "::"
+    assert str(wd._proc_net_address(V6_LOOPBACK)) == "::1"
+    assert wd._proc_net_address(V6_MAPPED_LOOPBACK) == ipaddress.ip_address("::ffff:127.0.0.1")
+
+
+def _kernel_line(port: int) -> str:
+    """/proc/net/tcp's line for this process's listener on 127.0.0.1:``port``."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == f"{V4_LOOPBACK}:{port:04X}" and fields[3] == "0A":
+            return line
+    raise AssertionError(f"no listener on 127.0.0.1:{port} in /proc/net/tcp")
+
+
+def _proc_net(tmp_path: Path, port: int, sockets: list[tuple[str, int]]) -> str:
+    """A /proc/net copy whose tcp (IPv4 addresses) and tcp6 (IPv6) list ``sockets`` (hex address, uid) on ``port``."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        template = _kernel_line(listener.getsockname()[1]).split()
+    header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    tables = {"tcp": header, "tcp6": header}
+    for number, (address, uid) in enumerate(sockets):
+        fields = [f"{number}:", f"{address}:{port:04X}", f"{'0' * len(address)}:0000", *template[3:7], str(uid), *template[8:]]
+        tables["tcp6" if len(address) == 32 else "tcp"] += "   " + " ".join(fields) + "\n"
+    directory = tmp_path / "proc-net"
+    directory.mkdir(exist_ok=True)
+    for name, text in tables.items():
+        (directory / name).write_text(text)
+    return str(directory)
+
+
+@pytest.mark.parametrize(
+    ("sockets", "host", "expected"),
+    [
+        ([(V4_WILDCARD, 0)], "127.0.0.1", [("0.0.0.0", 0)]),
+        ([(V6_WILDCARD, 0)], "127.0.0.1", [("::", 0)]),  # dual-stack [::] takes IPv4 too
+        ([(V6_MAPPED_LOOPBACK, 0)], "127.0.0.1", [(str(ipaddress.ip_address("::ffff:127.0.0.1")), 0)]),
+        ([(V6_WILDCARD, 0)], "::1", [("::", 0)]),
+        ([(V4_WILDCARD, 0)], "::1", []),  # an IPv4 wildcard takes no IPv6 connection
+        ([(V6_LOOPBACK, 0)], "127.0.0.1", []),
+        ([(V4_OTHER, 0)], "127.0.0.1", []),  # another address of the host
+        ([(V4_LOOPBACK, 0), (V4_WILDCARD, 65534)], "127.0.0.1", [("127.0.0.1", 0), ("0.0.0.0", 65534)]),
+    ],
+)  # fmt: skip
+def test_listeners_find_every_socket_a_connection_could_reach(tmp_path: Path, sockets: list[tuple[str, int]], host: str,
+                                                              expected: list[tuple[str, int]]) -> None:  # fmt: skip
+    assert wd.listeners(host, 8000, _proc_net(tmp_path, 8000, sockets)) == expected
+    assert wd.listeners(host, 8001, _proc_net(tmp_path, 8000, sockets)) == []  # another port
+
+
+@pytest.mark.parametrize("wildcard", [V4_WILDCARD, V6_WILDCARD])
+def test_a_healthy_server_on_a_wildcard_is_its_own_and_a_squatter_there_is_port_taken(tmp_path: Path, wildcard: str) -> None:
+    """The shipped profile binds 0.0.0.0 and the watchdog calls 127.0.0.1: the server's wildcard socket is the
+    service user's (the key is sent, nothing restarted); another user's socket on the wildcard or [::] beside
+    it is PORT TAKEN - a slip either way restarts a healthy server forever or hands the key to a squatter."""
+    cfg = config(tmp_path, url="http://127.0.0.1:8000", service_user="root")
+    own = _proc_net(tmp_path, 8000, [(wildcard, 0)])
+    assert wd.port_owner_problem(wd.Config(**{**cfg.__dict__, "proc_net": own})) is None
+    taken = _proc_net(tmp_path, 8000, [(V4_LOOPBACK, 0), (wildcard, 65534)])
+    problem = wd.port_owner_problem(wd.Config(**{**cfg.__dict__, "proc_net": taken}))
+    assert problem is not None and problem.port_taken and not problem.ok
+    shown = "0.0.0.0" if wildcard == V4_WILDCARD else "[::]"
+    assert f"({shown}:8000 by nobody)" in problem.what and "the API key is not sent" in problem.what
+    nothing = _proc_net(tmp_path, 8000, [])
+    idle = wd.port_owner_problem(wd.Config(**{**cfg.__dict__, "proc_net": nothing}))
+    assert idle is not None and not idle.port_taken and "nothing listens on 127.0.0.1:8000 yet" in idle.what
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root: run as root")

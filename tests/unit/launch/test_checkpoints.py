@@ -17,12 +17,13 @@ from conftest import ROOT
 from server_inputs import inputs
 
 from sglang_deploy.launch import checkpoints
+from sglang_deploy.memory import architectures
 from sglang_deploy.serving import server
 from sglang_deploy.launch import LaunchConfig
 from sglang_deploy_host import checkpoint as inspector
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
-from glm5_checkpoint import make_variants  # noqa: E402
+from glm5_checkpoint import make_glm5_checkpoint, make_variants  # noqa: E402
 
 PROFILES = yaml.safe_load((ROOT / "inventory/proxmox/group_vars/sglang_servers/profiles.yml").read_text())
 DEFAULT_REPO = yaml.safe_load((ROOT / "inventory/proxmox/group_vars/sglang_servers/hf_model.yml").read_text())["hf_model_repo"]
@@ -107,6 +108,7 @@ def test_the_hosts_inspection_wins_over_the_table_both_ways(inspected: dict[str,
     # The default repository, but these weights carry a restored draft (a graft): allowed.
     grafted = resolve(inspected["bf16"], profile="tuned-mtp")
     assert grafted["checkpoint"]["inspected"] is True and grafted["checkpoint"]["speculative"] == "usable"
+    assert grafted["checkpoint"]["detail"] == "draft layer 78 is complete (19.9 GB, BF16/F32)"  # GLM-5's BF16 layer 78
     # The "restored" repository, but these weights lack the layer: refused, naming these weights.
     with pytest.raises(server.ResolveError) as err:
         resolve(inspected["missing"], profile="tuned-mtp", checkpoint_repo="festr2/GLM-5-NVFP4-MTP")
@@ -128,6 +130,42 @@ def test_the_memory_plan_takes_the_drafts_real_bytes(inspected: dict[str, Any]) 
     # Without speculative flags the draft takes nothing.
     plain = resolve(inspected["bf16"], profile="tuned")
     assert plain["memory_plan"]["inputs"]["effective_draft_weights_gib_per_gpu"] == 0
+
+
+def test_the_draft_memory_is_the_checkpoints_bytes_not_the_architectures_estimate(tmp_path: Path) -> None:
+    """The fixture's BF16 draft is built from the same shapes as the planner's estimate (equal to 2.5e-5 GiB), so a
+    plan that used the estimate would pass the test above. Here the draft's routed experts are F32 (unquantized, so
+    usable, and twice the bytes): the plan must follow the headers, gigabytes away from the estimate - through the
+    resolver and through `plan --checkpoint`."""
+    made = make_glm5_checkpoint(tmp_path / "f32", draft="bf16", draft_dtypes={
+        name: "F32" for name in architectures.draft_layer_tensors(architectures.config("glm-5")) if ".mlp." in name
+    })  # fmt: skip
+    found = inspector.inspect(tmp_path / "f32")
+    assert found.speculative == "usable" and found.draft_dtypes.get("F32")
+    real = (found.draft_bytes_per_gpu(8) + found.draft_embedding_and_head_bytes / 8) / 2**30
+    result = resolve(found.to_dict(), profile="tuned-mtp")
+    planned = result["memory_plan"]["inputs"]["draft_weights_gib_per_gpu"]
+    assert planned == pytest.approx(real, abs=1e-4) and real > 4.5, (planned, real)
+    known = checkpoints.lookup("festr2/GLM-5-NVFP4-MTP", SHA)
+    assert known is not None and known.draft_bytes is not None
+    # The table's bytes for the same layer in BF16 are the architecture's estimate (the test above): gigabytes off.
+    assert abs(real - known.draft_bytes / 8 / 2**30) > 1.0
+    assert made["draft"] and sum(1 for spec in made["draft"].values() if spec[0] == "F32") > 100
+    done = _plan("-i", "inventory/proxmox", "--profile", "tuned-mtp", "--checkpoint", str(tmp_path / "f32"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["inputs"]["effective_draft_weights_gib_per_gpu"] == round(real, 3)
+
+
+def test_a_draft_layer_whose_experts_differ_in_dtype_is_named_as_the_draft(tmp_path: Path) -> None:
+    make_glm5_checkpoint(tmp_path / "mixed", draft="bf16", draft_dtypes={
+        name: "F32" for name in architectures.draft_layer_tensors(architectures.config("glm-5")) if ".mlp.experts." in name
+    })  # fmt: skip
+    found = inspector.inspect(tmp_path / "mixed")
+    assert found.shared_experts_fusion == "dtypes-differ" and found.speculative == "usable"
+    with pytest.raises(server.ResolveError) as err:
+        resolve(found.to_dict(), profile="tuned-mtp")
+    assert "the draft layer's shared expert and routed experts differ in dtype (the other layers' are U8)" in str(err.value)
+    assert "Fix: add disable-shared-experts-fusion: true" in str(err.value)
 
 
 def test_shared_expert_fusion_across_dtypes_needs_the_flag(inspected: dict[str, Any]) -> None:

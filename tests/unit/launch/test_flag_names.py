@@ -9,6 +9,7 @@ import pytest
 from server_inputs import resolve
 
 from sglang_deploy.fleet import router
+from sglang_deploy import launch
 from sglang_deploy.launch import LaunchConfigError
 from sglang_deploy_host import endpoint
 
@@ -76,3 +77,40 @@ def test_false_is_no_flag_value_for_the_server_or_the_router(value: bool) -> Non
         router.flag_argv({"log_json": value})
     assert "--enable-metrics" not in resolve(flags_override={"enable-metrics": None})["launch"]["flag_argv"]
     assert router.flag_argv({"log-level": "no"}) == ["--log-level", "no"]
+
+
+# -- the normalizer, directly (issue 44: it had no test of its own) -----------------------------------------
+@pytest.mark.parametrize(
+    ("raw", "name"),
+    [("tp-size", "tp-size"), ("--tp-size", "tp-size"), ("tp_size", "tp-size"), ("--tp_size", "tp-size"),
+     ("-tp_size", "tp-size"), ("  --mem_fraction_static ", "mem-fraction-static"), ("x", "x")],
+)  # fmt: skip
+def test_every_spelling_of_a_flag_is_one_name(raw: str, name: str) -> None:
+    assert launch.flag_name(raw) == name
+    assert launch.normalized_flags({raw: 1}) == {name: 1}
+    assert launch.flag_key({raw: 1}, name) == raw  # the key as the inventory spells it
+    assert launch.flag_key({"other": 1}, name) == name
+
+
+def test_the_later_spelling_of_one_flag_wins_and_a_group_is_set_once() -> None:
+    assert launch.normalized_flags({"tp_size": 4, "--tp-size": 8}) == {"tp-size": 8}
+    with pytest.raises(LaunchConfigError, match=r"'tp-size' is set twice .*one sglang option: --tensor-parallel-size"):
+        launch.LaunchConfig.from_vars({"tp": 4, "tp_size": 8}, python="/py")
+    with pytest.raises(LaunchConfigError, match=r"'ep-size' and 'expert-parallel-size' both set"):
+        launch.LaunchConfig.from_vars({"expert_parallel_size": 8, "--ep_size": 8}, python="/py")
+
+
+def test_a_flag_looked_up_by_any_spelling_or_alias_is_found() -> None:
+    config = launch.LaunchConfig.from_vars(
+        {"--speculative_algorithm": "EAGLE", "tp": 8, "mem_fraction_static": 0.9, "ep": 8}, python="/py"
+    )
+    for spelling in ("speculative-algorithm", "speculative_algorithm", "--speculative_algorithm", "--speculative-algorithm"):
+        found = config.flag(spelling)
+        assert found is not None and (found.name, found.value) == ("speculative-algorithm", "EAGLE"), spelling
+    for spelling in ("tp-size", "tp_size", "tensor-parallel-size", "tensor_parallel_size", "--tp"):
+        assert config.flag(spelling) is not None and config.flag(spelling).value == "8", spelling  # type: ignore[union-attr]
+    assert config.tp_size == 8
+    assert config.flag("expert_parallel_size").value == "8"  # type: ignore[union-attr]
+    assert config.flag("mem-fraction-static").value == "0.9"  # type: ignore[union-attr]
+    assert config.flag("speculative-num-steps") is None and config.flag("speculative") is None
+    assert config.flag_argv()[:2] == ["--speculative-algorithm", "EAGLE"] and "--tp-size" in config.flag_argv()

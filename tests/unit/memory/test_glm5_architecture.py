@@ -307,3 +307,44 @@ def test_a_graph_cap_below_the_concurrency_decodes_64_requests_without_graphs() 
     assert small and not any(graph for graph, _ in small)
     assert full and all(graph for graph, _ in full)
     assert 5 * statistics.median(rate for _, rate in small) < statistics.median(rate for _, rate in full)
+
+
+def _draft_weights(config: dict, quantization: str | None) -> float | None:
+    launch = {"tp-size": 8, "speculative-algorithm": "EAGLE", "kv-cache-dtype": "bfloat16",
+              **({"quantization": quantization} if quantization else {})}  # fmt: skip
+    derived, _ = planner.architecture_inputs(config, launch, sm_major=12, sglang_version="0.5.10.post1", architecture="glm-5")
+    return derived.get("draft_weights_gib_per_gpu")
+
+
+@pytest.mark.parametrize(
+    ("quantization_config", "bf16_draft"),
+    [
+        ({"quant_algo": "NVFP4"}, True),  # ModelOpt's hf_quant_config shape, as the checkpoint's config carries it
+        ({"quant_method": "modelopt", "quantization": {"quant_algo": "nvfp4"}}, True),  # nested, any case
+        ({"quant_algo": "FP8"}, False),
+        ({"quantization": {"quant_algo": "FP8"}}, False),
+        ({"quant_algo": None}, False),
+        ("NVFP4", False),  # not a mapping: no quantization config sglang reads
+    ],
+)
+def test_the_checkpoints_own_nvfp4_config_makes_the_draft_bf16_as_the_flag_does(
+    quantization_config: object, bf16_draft: bool
+) -> None:
+    """Without --quantization, sglang still takes modelopt_fp4 from the checkpoint's quantization config (and then
+    builds the draft unquantized): the planner must count the BF16 draft layer from either source, and only then."""
+    by_flag = _draft_weights(GLM5_CONFIG, "modelopt_fp4")
+    assert by_flag == pytest.approx(2.928, abs=0.001)
+    by_config = _draft_weights({**GLM5_CONFIG, "quantization_config": quantization_config}, None)
+    assert (by_config == by_flag) if bf16_draft else by_config is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"q_lora_rank": None}, {"q_lora_rank": [1536]}, {"q_lora_rank": "lora"}],
+    ids=["missing", "not-a-number", "not-an-integer"],
+)
+def test_an_architecture_without_deepseek_v3_draft_shapes_falls_back_to_the_estimate(change: dict) -> None:
+    """A config the draft layer's tensors cannot be built from (a key missing, a list, a word: KeyError, TypeError,
+    ValueError) leaves the draft's weights to the estimate - no crash, no invented figure."""
+    config = {k: v for k, v in {**GLM5_CONFIG, **change}.items() if v is not None}
+    assert _draft_weights(config, "modelopt_fp4") is None

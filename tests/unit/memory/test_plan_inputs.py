@@ -168,3 +168,11 @@ def test_the_road_refuses_what_it_cannot_read() -> None:
         plan_inputs(PlanSources(flags=TUNED_FLAGS, lane="cu128", plan_vars={"architecture": "glm-5", "sm_major": 12}), no_memory_fix="set it")
     with pytest.raises(PlanError, match="lane"):
         plan_inputs(PlanSources(flags=TUNED_FLAGS, lane="cu999", plan_vars=GLM5_BOX), no_memory_fix="x")
+
+
+def test_a_key_no_planner_input_has_is_a_plan_error_not_a_crash() -> None:
+    """An override (the CLI's, the role's) naming no PlanInputs field is one PlanError, as a typo in the plan
+    variable is - never a TypeError's traceback."""
+    road = PlanSources(flags=TUNED_FLAGS, lane="cu128", plan_vars=GLM5_BOX, overrides={"gpu_memory_mb": 80000.0})
+    with pytest.raises(PlanError, match="gpu_memory_mb"):
+        plan_inputs(road, no_memory_fix="x")

@@ -125,6 +125,15 @@ def test_tls_files_are_judged_before_any_host_and_a_vaulted_key_is_read(tmp_path
     env = {"ANSIBLE_VAULT_PASSWORD_FILE": str(password)}
     done = _validate(inventory, env)
     assert done.returncode == 0, done.stdout + done.stderr
+    # Another vault's password: refused naming the host, the variable, the file and the fix - no traceback.
+    wrong = tmp_path / "wrong-vault-password"
+    wrong.write_text("not-the-password\n")
+    wrong.chmod(0o600)
+    done = _validate(inventory, {"ANSIBLE_VAULT_PASSWORD_FILE": str(wrong)})
+    out = done.stdout + done.stderr
+    assert done.returncode != 0 and "Traceback" not in out, out
+    assert (f"host glm5-01: sglang_server_tls_keyfile={good['keyfile']}: cannot read it (an ansible-vault file this run "
+            "cannot decrypt") in out and "Fix: run with the vault password that encrypted it" in out, out  # fmt: skip
     expired = write(tmp_path / "expired", ca, ca.issue(names, not_before=NOW - datetime.timedelta(days=90),
                                                       not_after=NOW - datetime.timedelta(days=1)))  # fmt: skip
     tls_vars.write_text("".join(f"sglang_server_tls_{kind}: {path}\n" for kind, path in expired.items()))

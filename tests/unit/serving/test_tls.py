@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -233,3 +234,118 @@ def test_dns_names_compare_without_case() -> None:
     ca = TestCA()
     _judge(ca, ca.issue(["127.0.0.1", "GLM5-01.Example.ORG"]), names=["127.0.0.1", "glm5-01.example.org"])
     _judge(ca, ca.issue(["127.0.0.1", "*.Example.ORG"]), names=["127.0.0.1", "glm5-01.EXAMPLE.org"])
+
+
+# -- a chain with an intermediate (docs/security.md tells users to put it after the certificate) -----------------
+def test_a_chain_through_an_intermediate_passes_only_with_the_intermediate_after_the_certificate() -> None:
+    root = TestCA("root CA", path_length=1)
+    intermediate = TestCA("intermediate CA", issuer=root)
+    issued = intermediate.issue(NAMES)
+    chained = type(issued)(issued.cert + intermediate.pem, issued.key)
+    summary = _judge(root, chained)
+    assert sorted(summary["names"]) == sorted(NAMES) and summary["warnings"] == []
+    with pytest.raises(tls.TlsError, match=r"does not vouch for .* as 127\.0\.0\.1 .*put any intermediate after the certificate"):
+        _judge(root, issued)  # the intermediate left out
+    with pytest.raises(tls.TlsError, match="its first certificate .CN=intermediate CA. is a CA's, not the server's. Fix: put the server's certificate first"):
+        _judge(root, type(issued)(intermediate.pem + issued.cert, issued.key))
+    # The intermediate as the trust anchor is enough for clients that trust it (it is a CA certificate).
+    assert sorted(_judge(intermediate, issued, anchor=intermediate.pem)["names"]) == sorted(NAMES)
+
+
+def test_an_intermediate_that_may_not_issue_or_has_expired_breaks_the_chain() -> None:
+    root = TestCA("root CA", path_length=0)  # may sign no intermediate
+    intermediate = TestCA("intermediate CA", issuer=root)
+    issued = intermediate.issue(NAMES)
+    with pytest.raises(tls.TlsError, match="does not vouch for"):
+        _judge(root, type(issued)(issued.cert + intermediate.pem, issued.key))
+    root = TestCA("root CA", path_length=1)
+    expired = TestCA("intermediate CA", issuer=root, not_after=NOW - datetime.timedelta(days=1))
+    issued = expired.issue(NAMES)
+    with pytest.raises(tls.TlsError, match="does not vouch for"):
+        _judge(root, type(issued)(issued.cert + expired.pem, issued.key))
+
+
+# -- the edges: validity to the second, the renewal warning's day, one problem at a time (issue 44) ----------------
+SECOND = datetime.timedelta(seconds=1)
+
+
+def _cert(pem: bytes):  # type: ignore[no-untyped-def]
+    from cryptography import x509
+
+    return x509.load_pem_x509_certificate(pem)
+
+
+def test_a_certificate_is_valid_from_its_first_to_its_last_second() -> None:
+    """X.509 validity includes both of its ends (RFC 5280, 4.1.2.5)."""
+    ca = TestCA()
+    issued = ca.issue(NAMES, not_before=NOW - datetime.timedelta(days=1), not_after=NOW + datetime.timedelta(days=90))
+    start, end = _cert(issued.cert).not_valid_before_utc, _cert(issued.cert).not_valid_after_utc
+    assert _judge(ca, issued, now=start)["warnings"] == []
+    assert _judge(ca, issued, now=end)["warnings"]  # its last second: served, with the renewal warning
+    with pytest.raises(tls.TlsError, match="the certificate expired on"):
+        _judge(ca, issued, now=end + SECOND)
+    with pytest.raises(tls.TlsError, match="the certificate is not valid before"):
+        _judge(ca, issued, now=start - SECOND)
+
+
+def test_the_renewal_warnings_start_exactly_the_set_number_of_days_before_the_end() -> None:
+    ca = TestCA(not_after=NOW + datetime.timedelta(days=400))
+    issued = ca.issue(NAMES, not_after=NOW + datetime.timedelta(days=90))
+    end = _cert(issued.cert).not_valid_after_utc
+    before = datetime.timedelta(days=tls.RENEW_WARNING_DAYS)
+    assert _judge(ca, issued, now=end - before)["warnings"] == []
+    assert len(_judge(ca, issued, now=end - before + SECOND)["warnings"]) == 1
+    ca_end = ca.cert.not_valid_after_utc
+    leaf = ca.issue(NAMES, not_before=ca_end - datetime.timedelta(days=100), not_after=ca_end + datetime.timedelta(days=90))
+    assert _judge(ca, leaf, now=ca_end - before)["warnings"] == []
+    warned = _judge(ca, leaf, now=ca_end - before + SECOND)["warnings"]
+    assert len(warned) == 1 and "the CA CN=sglang-deploy test CA expires on" in warned[0]  # type: ignore[index]
+    assert _judge(ca, leaf, now=ca_end)["warnings"]  # the CA's last second: still trusted
+    with pytest.raises(tls.TlsError, match="the CA CN=sglang-deploy test CA expired on"):
+        _judge(ca, leaf, now=ca_end + SECOND)
+
+
+def test_a_name_problem_is_not_followed_by_a_chain_problem_it_caused() -> None:
+    """The chain is checked (for the names clients use) only once everything before it holds: one problem, one fix."""
+    ca, other = TestCA(), TestCA("another CA")
+    with pytest.raises(tls.TlsError) as err:
+        _judge(ca, ca.issue(["gpu-01.lab"]), anchor=other.pem)
+    assert str(err.value).count("Fix:") == 1 and "does not vouch" not in str(err.value), str(err.value)
+
+
+def test_a_certificate_without_a_subject_alt_name_names_nothing() -> None:
+    """Clients ignore the subject's CN: a certificate without a subjectAltName is refused for every name."""
+    ca = TestCA()
+    with pytest.raises(tls.TlsError, match=r"does not name 127\.0\.0\.1, gpu-01\.lab \(its names: none\)"):
+        _judge(ca, ca.issue(["gpu-01.lab"], san=False))
+
+
+def test_a_certificate_that_does_not_say_it_is_a_ca_is_not_taken_for_one() -> None:
+    ca = TestCA()
+    plain = ca.issue(NAMES, basic_constraints=False)
+    assert not tls._is_ca(_cert(plain.cert)) and tls._is_ca(ca.cert)
+    bundle = type(plain)(plain.cert + ca.pem, plain.key)
+    assert _judge(ca, bundle)["subject"] == "CN=127.0.0.1"  # the CA-first rule does not fire: served
+
+
+def test_a_file_of_exactly_the_limit_is_read(tmp_path: Path) -> None:
+    edge = tmp_path / "edge.pem"
+    edge.write_bytes(b"x" * tls.MAX_FILE_BYTES)
+    assert len(tls.read_file(str(edge)).content) == tls.MAX_FILE_BYTES
+
+
+def test_judge_resolved_checks_the_names_it_is_given(tmp_path: Path) -> None:
+    ca = TestCA()
+    issued = ca.issue(NAMES)
+    paths = write(tmp_path, ca, issued)
+    resolved = {"source": {kind: str(path) for kind, path in paths.items()}, "names": ["other.lab"]}
+    with pytest.raises(tls.TlsError, match=r"does not name other\.lab"):
+        tls.judge_resolved(resolved, tls.read_file, NOW)
+
+
+def test_the_module_imports_without_cryptography() -> None:
+    """The device's bundle and a bare control node import the CLI without cryptography: it is loaded when a
+    certificate is judged, never at import."""
+    code = "import sys; sys.modules['cryptography'] = None; import sglang_deploy.serving.tls as t; print(t.MAX_FILE_BYTES)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == str(tls.MAX_FILE_BYTES), done.stderr
