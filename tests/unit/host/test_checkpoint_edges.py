@@ -7,9 +7,11 @@ test_checkpoint_hostile.py's."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ROOT
@@ -18,7 +20,7 @@ from sglang_deploy.memory import architectures
 from sglang_deploy_host import checkpoint, safetensors
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
-from glm5_checkpoint import make_glm5_checkpoint  # noqa: E402
+from glm5_checkpoint import make_glm5_checkpoint, make_variants  # noqa: E402
 
 GLM5 = architectures.config("glm-5")
 DRAFT = architectures.draft_layer_tensors(GLM5)
@@ -228,3 +230,230 @@ def test_a_shown_name_is_whole_up_to_120_characters_and_cut_with_dots_past_it() 
     assert safetensors.shown("n" * 120) == "n" * 120
     assert safetensors.shown("n" * 121) == "n" * 117 + "..."
     assert safetensors.shown("a\x1bb") == "a\\x1bb" and safetensors.shown("tab\there") == "tab\\there"
+
+
+# -- a header's entries: each refusal alone, each message exact ------------------------------------------------
+@pytest.mark.parametrize("dtype", ["XX", "bf16", ["BF16"], 5, None])
+def test_a_dtype_that_is_not_a_safetensors_dtype_is_refused(dtype: object) -> None:
+    with pytest.raises(safetensors.HeaderError, match=r"has dtype .*, not a safetensors dtype"):
+        safetensors._tensor("w", {"dtype": dtype, "shape": [1], "data_offsets": [0, 2]}, strict=True)
+
+
+def test_the_refusals_of_a_shape_and_a_span_say_what_they_found() -> None:
+    with pytest.raises(safetensors.HeaderError) as err:
+        safetensors._tensor("w", {"dtype": "U8", "shape": "4", "data_offsets": [0, 4]}, strict=True)
+    assert str(err.value).startswith("tensor 'w' has a shape of str dimensions, not a list of at most")
+    with pytest.raises(safetensors.HeaderError) as err:
+        safetensors._tensor("w", {"dtype": "U8", "shape": [1] * 17, "data_offsets": [0, 1]}, strict=True)
+    assert str(err.value).startswith("tensor 'w' has a shape of 17 dimensions, not a list of at most")
+    with pytest.raises(safetensors.HeaderError) as err:
+        safetensors._tensor("w", {"dtype": "BF16", "shape": [4], "data_offsets": [10, 16]}, strict=True)
+    assert str(err.value) == "tensor 'w' (BF16 [4]) needs 8 bytes but its data_offsets span 6"
+
+
+def test_a_file_cut_inside_its_header_says_so_with_its_size(tmp_path: Path) -> None:
+    """A header length that runs past the file's end is a cut file (a download not finished), named as such before
+    any read; at exactly the file's end it is whole."""
+    header = json.dumps({"w": {"dtype": "U8", "shape": [0], "data_offsets": [0, 0]}}).encode()
+    whole = tmp_path / "whole.safetensors"
+    whole.write_bytes(struct.pack("<Q", len(header)) + header)
+    assert safetensors.read_header(whole).header_len == len(header)
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(struct.pack("<Q", len(header) + 4) + header)
+    with pytest.raises(safetensors.ShortFileError) as err:
+        safetensors.read_header(cut)
+    assert str(err.value) == f"file ends inside its {len(header) + 4}-byte header ({len(header) + 8} bytes in all)"
+
+
+def test_a_headers_metadata_is_kept_when_it_is_a_mapping(tmp_path: Path) -> None:
+    for metadata, kept in (({"format": "pt"}, {"format": "pt"}), ("pt", {}), (None, {})):
+        entries: dict[str, object] = {"w": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}
+        if metadata is not None:
+            entries["__metadata__"] = metadata
+        write_shard(tmp_path / "m.safetensors", entries, 1)
+        header = safetensors.read_header(tmp_path / "m.safetensors")
+        assert header.metadata == kept and list(header.tensors) == ["w"]
+
+
+# -- what `sglang-deploy checkpoint` prints ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return make_variants(tmp_path_factory.mktemp("variants"))
+
+
+SUMMARIES = {
+    "missing": [
+        "GlmMoeDsaForCausalLM (glm_moe_dsa), 78 layers, 6,220 tensors in 4 shard(s), 16.2 GB, quantization NVFP4",
+        "MTP draft layer for speculative decoding: MISSING",
+        "  The config declares 1 draft layer(s) (num_nextn_predict_layers) but draft layer 78 is missing (791 of its",
+        "  791 expected tensors absent, e.g. model.layers.78.eh_proj.weight",
+        "Shared and routed experts are both U8: fusion is safe",
+    ],
+    "bf16": [
+        "GlmMoeDsaForCausalLM (glm_moe_dsa), 78 layers, 7,011 tensors in 5 shard(s), 36.1 GB, quantization NVFP4",
+        "MTP draft layer for speculative decoding: USABLE",
+        "  Draft layer 78 is complete and unquantized: speculative decoding (EAGLE/NEXTN) can use it.",
+        "  draft layer 78: 791 tensors present (BF16 790, F32 1), 19.91 GB",
+        "Shared and routed experts are both U8: fusion is safe",
+    ],
+    "shared-bf16": [
+        "GlmMoeDsaForCausalLM (glm_moe_dsa), 78 layers, 6,993 tensors in 5 shard(s), 36.2 GB, quantization NVFP4",
+        "MTP draft layer for speculative decoding: USABLE",
+        "  Draft layer 78 is complete and unquantized: speculative decoding (EAGLE/NEXTN) can use it.",
+        "  draft layer 78: 791 tensors present (BF16 790, F32 1), 19.91 GB",
+        "Shared experts BF16 beside routed experts U8: sglang fuses them without checking; launch with "
+        "--disable-shared-experts-fusion",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SUMMARIES))
+def test_the_summary_says_what_the_checkpoint_is_and_what_it_means(variants: dict[str, Path], name: str) -> None:
+    """The text `sglang-deploy checkpoint` prints, line by line: sizes in GB (not bytes), the verdict in capitals,
+    the reason with its first letter raised, the draft's tensors, the fusion rule."""
+    lines = checkpoint.inspect(variants[name]).summary().splitlines()
+    expected = SUMMARIES[name]
+    assert len(lines) == len(expected)
+    assert lines[0] == f"{variants[name]}: {expected[0]}"
+    for line, want in zip(lines[1:], expected[1:]):
+        assert line.startswith(want), (line, want)
+
+
+def test_a_checkpoint_without_a_quantization_or_a_draft_says_neither(small: Path) -> None:
+    summary = checkpoint.inspect(small).summary().splitlines()
+    assert summary[0] == f"{small}: LlamaForCausalLM (unknown), 1 layers, 1 tensors in 1 shard(s), 0.0 GB"
+    assert summary[1:] != [] and not any(line.startswith(("  draft layer 1:", "Shared")) for line in summary[1:])
+    assert summary[-1] == "  5 expected tensors absent, e.g. model.layers.1.eh_proj.weight"
+
+
+def test_the_drafts_bytes_per_gpu_need_a_tensor_parallel_size(variants: dict[str, Path]) -> None:
+    found = checkpoint.inspect(variants["bf16"])
+    one = found.draft_bytes_per_gpu(1)
+    assert one == found.draft_loaded_replicated_bytes + found.draft_loaded_split_bytes
+    assert found.draft_bytes_per_gpu(8) == found.draft_loaded_replicated_bytes + -(-found.draft_loaded_split_bytes // 8)
+    with pytest.raises(ValueError, match="tp_size 0 is not a size"):
+        found.draft_bytes_per_gpu(0)
+
+
+@pytest.mark.parametrize(
+    ("weight_map", "needle"),
+    [
+        ([], "has no weight_map"),
+        ({}, "has no weight_map"),
+        ({"w": 5}, "maps to an invalid file '5'"),
+        ({"w": ""}, "maps to an invalid file ''"),
+        ({"w": "/etc/passwd"}, "maps to an invalid file '/etc/passwd'"),
+        ({"w": "../other/model.safetensors"}, "maps to an invalid file '../other/model.safetensors'"),
+        ({"w": "sub/../../model.safetensors"}, "maps to an invalid file 'sub/../../model.safetensors'"),
+        ({"w": "model\x1b[31m.safetensors"}, "maps to an invalid file 'model\\\\x1b[31m.safetensors'"),
+        ({"ok": "model.safetensors", "w": "/abs"}, "tensor 'w' maps to an invalid file '/abs'"),
+    ],
+)
+def test_each_bad_entry_of_the_weight_map_is_refused_alone(small: Path, weight_map: object, needle: str) -> None:
+    (small / checkpoint.INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": 8}, "weight_map": weight_map}))
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        checkpoint.inspect(small)
+    assert needle in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("architectures", [[], "LlamaForCausalLM", None, {"0": "x"}])
+def test_an_architecture_list_that_is_empty_or_not_a_list_is_unknown(small: Path, architectures: object) -> None:
+    (small / "config.json").write_text(json.dumps({"architectures": architectures, "num_hidden_layers": 1, "model_type": "llama"}))
+    found = checkpoint.inspect(small)
+    assert (found.architecture, found.model_type) == ("unknown", "llama")
+
+
+def test_the_index_names_the_tensor_a_shards_header_lacks(tmp_path: Path) -> None:
+    root = tmp_path / "two"
+    root.mkdir()
+    (root / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1}))
+    entry = {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}
+    write_shard(root / "a.safetensors", {"a.w": entry}, 8)
+    write_shard(root / "b.safetensors", {"b.w": entry}, 8)
+    index = {"metadata": {"total_size": 24}, "weight_map": {"a.w": "a.safetensors", "b.w": "b.safetensors", "b.x": "b.safetensors"}}
+    (root / checkpoint.INDEX_NAME).write_text(json.dumps(index))
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        checkpoint.inspect(root)
+    assert str(err.value) == f"{checkpoint.INDEX_NAME} puts b.x in b.safetensors, whose header does not hold it"
+
+
+def test_a_shard_the_disk_cannot_read_is_one_error_naming_it(small: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read error of the disk (stood in for by read_header raising EIO) names the shard and the error."""
+
+    def failing(path: object, **_: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(safetensors, "read_header", failing)
+    with pytest.raises(checkpoint.CheckpointError, match=r"^shard model\.safetensors: Input/output error$"):
+        checkpoint.inspect(small)
+
+
+def test_fusion_is_judged_per_pair_of_routed_and_shared_experts() -> None:
+    u8, bf16 = {"U8": 4}, {"BF16": 1}
+    assert checkpoint._fusion({}, {}, {}, {}) == "no-shared-experts"
+    assert checkpoint._fusion(u8, {}, u8, {}) == "no-shared-experts"
+    assert checkpoint._fusion(u8, u8, u8, u8) == "same-dtype"
+    assert checkpoint._fusion(u8, bf16, u8, u8) == "dtypes-differ"
+    assert checkpoint._fusion(u8, {}, u8, bf16) == "dtypes-differ"  # only the draft layer has a shared expert
+    assert checkpoint._fusion(u8, u8, {}, bf16) == "same-dtype"  # a shared expert without routed ones beside it
+
+
+def test_a_verdict_is_kept_and_read_for_a_checkpoint_without_a_quantization_config(small: Path, tmp_path: Path) -> None:
+    assert not (small / checkpoint.QUANT_CONFIG_NAME).exists() and checkpoint._identity(small / "none") is None
+    found = checkpoint.inspect(small)
+    kept_at = tmp_path / "verdict.json"
+    assert checkpoint.keep(small, kept_at, found) is None
+    assert checkpoint.read_kept(small, kept_at) == found
+
+
+def test_a_verdict_is_kept_only_where_nobody_else_can_write_and_read_only_if_nobody_else_could_have(small: Path, tmp_path: Path) -> None:
+    found = checkpoint.inspect(small)
+    assert checkpoint.keep(small, tmp_path / "no-dir" / "v.json", found) == f"{tmp_path / 'no-dir'}: No such file or directory"
+    kept_at = tmp_path / "verdict.json"
+    assert checkpoint.keep(small, kept_at, found) is None and checkpoint.read_kept(small, kept_at) == found
+    kept_at.chmod(0o664)  # another user could have written it since
+    assert checkpoint.read_kept(small, kept_at) is None
+    kept_at.chmod(0o644)
+    if os.geteuid() == 0:
+        os.chown(kept_at, 65534, 65534)
+        assert checkpoint.read_kept(small, kept_at) is None
+        os.chown(kept_at, 0, 0)
+    assert checkpoint.read_kept(small, kept_at) == found
+    kept_at.unlink()
+    kept_at.mkdir()
+    assert checkpoint.read_kept(small, kept_at) is None
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda kept: kept.update(shards=[1]),
+        lambda kept: kept.update(shards="model.safetensors"),
+        lambda kept: kept.pop("inspection"),
+        lambda kept: kept["inspection"].update(no_such_field=1),
+        lambda kept: kept.update(inspection=["not", "a", "mapping"]),
+    ],
+    ids=["shards-not-names", "shards-a-string", "no-inspection", "unknown-field", "inspection-a-list"],
+)
+def test_a_kept_verdict_that_is_not_one_is_not_read(small: Path, tmp_path: Path, tamper: Any) -> None:
+    found = checkpoint.inspect(small)
+    kept_at = tmp_path / "verdict.json"
+    assert checkpoint.keep(small, kept_at, found) is None
+    kept = json.loads(kept_at.read_text())
+    tamper(kept)
+    kept_at.write_text(json.dumps(kept))
+    assert checkpoint.read_kept(small, kept_at) is None
+
+
+def test_a_verdict_that_cannot_be_written_leaves_no_temporary_file(small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    found = checkpoint.inspect(small)
+    where = tmp_path / "kept"
+    where.mkdir(mode=0o755)
+
+    def full_disk(*_: object, **__: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.json, "dump", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        checkpoint.keep(small, where / "verdict.json", found)
+    assert list(where.iterdir()) == []

@@ -250,7 +250,7 @@ def test_degeneration_is_judged_from_its_minimum_length_and_below_its_ratio(monk
 def test_the_first_reason_against_an_answer_is_the_one_given() -> None:
     """An answer equal to another's and holding a third's answer fails as 'the same answer' (checked first, and the
     search stops there)."""
-    judged_all = results({**RIGHT, "capital-of-france": "Paris 42", "arithmetic": "Paris 42"})
+    judged_all = results({**RIGHT, "capital-of-france": "Paris 42 91", "arithmetic": "Paris 42 91"})
     capital = next(r for r in judged_all if r.probe.name == "capital-of-france")
     assert capital.reason.startswith("the same answer as probe arithmetic"), capital.describe()
 

@@ -612,3 +612,176 @@ def test_every_outside_answer_is_bounded_in_time_and_bytes(tmp_path: Path, monke
     status = wd.check(cfg)
     assert time.monotonic() - started < 1.0 + 4.0 + 2.0 and status in (0, 1)
     assert wd.unit_state(cfg, wd.Budget(0.5)).active_state == "unknown"
+
+
+V6_MAPPED_OTHER = "0000000000000000FFFF00000B0200C0"  # ::ffff:192.0.2.11
+
+
+def _table(*lines: str) -> str:
+    return "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" + "".join(
+        f"   {line}\n" for line in lines
+    )
+
+
+def test_listeners_read_what_they_can_and_pass_over_the_rest(tmp_path: Path) -> None:
+    """Either table may be missing (a kernel without IPv6); a line not in LISTEN, cut short or garbled is passed
+    over and the lines after it still count; a line of the kernel's first eight fields is enough."""
+    port = f"{8000:04X}"
+    only_v6 = tmp_path / "only-v6"
+    only_v6.mkdir()
+    (only_v6 / "tcp6").write_text(_table(f"0: {V6_WILDCARD}:{port} {'0' * 32}:0000 0A 0:0 00:0 0 0 0 1"))
+    assert wd.listeners("127.0.0.1", 8000, str(only_v6)) == [("::", 0)]
+    only_v4 = tmp_path / "only-v4"
+    only_v4.mkdir()
+    (only_v4 / "tcp").write_text(_table(
+        f"0: {V4_LOOPBACK}:{port} 0B0200C0:D431 01 0:0 00:0 0 65534 0 1",  # an established connection, not a listener
+        f"1: {V4_LOOPBACK}:{port} 00000000:0000 0A 0:0 00:0 0",  # cut short: seven fields
+        f"2: {V4_LOOPBACK}:ZZZZ 00000000:0000 0A 0:0 00:0 0 65534",  # a port that is no number
+        f"3: {V4_LOOPBACK}:{port} 00000000:0000 0A 0:0 00:0 0 nobody",  # a uid that is no number
+        f"4: {V4_LOOPBACK}:{port} 00000000:0000 0A 0:0 00:0 0 0",  # the first eight fields: a listener of root
+        f"5: {V4_WILDCARD}:{port} 00000000:0000 0A 0:0 00:0 0 65534 0 1",
+    ))  # fmt: skip
+    assert wd.listeners("127.0.0.1", 8000, str(only_v4)) == [("127.0.0.1", 0), ("0.0.0.0", 65534)]
+
+
+def test_an_ipv4_mapped_socket_of_another_address_does_not_reach_the_server(tmp_path: Path) -> None:
+    assert wd.listeners("127.0.0.1", 8000, _proc_net(tmp_path, 8000, [(V6_MAPPED_OTHER, 65534)])) == []
+
+
+def test_who_holds_the_port_is_asked_of_the_urls_port_or_its_schemes(tmp_path: Path) -> None:
+    for url, port in (("https://127.0.0.1/", 443), ("http://127.0.0.1/", 80), ("http://127.0.0.1:8000/", 8000)):
+        cfg = config(tmp_path, url=url, service_user="root")
+        held = _proc_net(tmp_path, port, [(V4_LOOPBACK, 0)])
+        assert wd.port_owner_problem(wd.Config(**{**cfg.__dict__, "proc_net": held})) is None, url
+        elsewhere = _proc_net(tmp_path, port + 1, [(V4_LOOPBACK, 0)])
+        idle = wd.port_owner_problem(wd.Config(**{**cfg.__dict__, "proc_net": elsewhere}))
+        assert idle is not None and not idle.ok and not idle.refused and not idle.port_taken, url
+        assert idle.what == f"nothing listens on 127.0.0.1:{port} yet (the key is sent only to root's socket)"
+
+
+def test_what_the_watchdog_cannot_check_is_a_refusal_never_a_key_sent(tmp_path: Path) -> None:
+    """A service user that does not exist, a host that is no IP address, someone else on the port: the key is not
+    sent, and a restart cannot fix it (refused, with its fix)."""
+    missing = wd.port_owner_problem(config(tmp_path, url="http://127.0.0.1:8000", service_user="no-such-user-4817"))
+    assert missing is not None and (missing.ok, missing.refused, missing.port_taken) == (False, True, False)
+    assert missing.what == "the service user 'no-such-user-4817' does not exist: the key is not sent"
+    assert missing.fix == "run the role again (it creates the user)"
+    named = wd.port_owner_problem(config(tmp_path, url="http://localhost:8000", service_user="root"))
+    assert named is not None and (named.ok, named.refused, named.port_taken) == (False, True, False)
+    assert named.what.startswith("localhost is not an IP address") and "sglang_server_flags host" in named.fix
+    cfg = config(tmp_path, url="http://127.0.0.1:8000", service_user="root")
+    taken = wd.port_owner_problem(wd.Config(**{**cfg.__dict__, "proc_net": _proc_net(tmp_path, 8000, [(V4_WILDCARD, 65534)])}))
+    assert taken is not None and (taken.ok, taken.refused, taken.port_taken) == (False, True, True)
+
+
+def test_a_garbled_sample_is_passed_over_and_the_rest_still_count() -> None:
+    page = "\n".join([
+        "# HELP sglang:realtime_tokens_total tokens",
+        'sglang:realtime_tokens_total{mode="decode"} 1e',  # not a number
+        'sglang:realtime_tokens_total{mode="prefill"} 30',
+        'sglang:realtime_tokens_total{mode="decode"} 12',
+        "sglang:num_running_reqs -1",  # no count is negative
+        "sglang:num_running_reqs +Inf",
+        "sglang:num_running_reqs 2",
+        "sglang:num_queue_reqs 0",
+    ])  # fmt: skip
+    assert wd.parse_progress(page) == wd.Progress(42.0, 2.0, 0.0)
+
+
+# -- the decision at its edges ---------------------------------------------------------------------------------
+def test_the_hourly_window_holds_the_last_hour_to_the_second() -> None:
+    state = wd.State(restart_times=[1000.0, 1001.0, 4600.0, 4601.0])
+    assert wd.restarts_in_the_last_hour(state, 4600.0) == [1001.0, 4600.0]  # an hour ago: out; now: in; ahead: out
+
+
+def test_a_clock_step_is_a_time_over_a_minute_ahead_or_a_hold_over_an_hour_ahead(tmp_path: Path) -> None:
+    cfg, now = config(tmp_path), 1_000_000.0
+    calm = [wd.State(last_restart=now + 60), wd.State(restart_times=[now - 30]), wd.State(healthy_since=now + 60),
+            wd.State(giving_up_until=now + wd.HOUR_S)]  # fmt: skip
+    for state in calm:
+        assert wd.CLOCK not in words(wd.decide(cfg, state, seen(), now, 50_000.0)), state
+    for state in (wd.State(last_restart=now + 61), wd.State(restart_times=[now + 61]), wd.State(giving_up_until=now + wd.HOUR_S + 1)):
+        assert wd.CLOCK in words(wd.decide(cfg, state, seen(), now, 50_000.0)), state
+
+
+def test_a_gpu_problem_is_said_once_and_again_when_it_changes_or_comes_back(tmp_path: Path) -> None:
+    ticks = Ticks(config(tmp_path))
+    lost3, lost4 = seen(problems=["GPU 3 is lost"]), seen(problems=["GPU 4 is lost"])
+    idle = seen(None, wd.UnitState("inactive", "dead", "inv-1", active_since=None))
+    said = [words(ticks.tick(observation)) for observation in (lost3, lost3, lost4, lost4, idle, lost4)]
+    assert said == [[wd.GPU_PROBLEM], [], [wd.GPU_PROBLEM], [], [wd.IDLE], [wd.GPU_PROBLEM]]
+
+
+def test_port_taken_is_said_once_per_owner(tmp_path: Path) -> None:
+    def taken(owner: str) -> wd.Generation:
+        return wd.Generation(False, f"the port is held by someone other than root (0.0.0.0:8000 by {owner})", True,
+                             "stop it", port_taken=True)  # fmt: skip
+
+    ticks = Ticks(config(tmp_path))
+    said = [words(ticks.tick(seen(generation))) for generation in (taken("nobody"), taken("nobody"), taken("www-data"), GOOD, taken("nobody"))]
+    assert said == [[wd.PORT_TAKEN], [], [wd.PORT_TAKEN], [wd.OK], [wd.PORT_TAKEN]]
+
+
+def test_a_good_run_counts_from_its_own_first_generation(tmp_path: Path) -> None:
+    """Generating, then the unit stopped (IDLE): the next good run is a new one, and the back-off starts over only
+    after --stable seconds of it, not of the run before the stop."""
+    cfg, now = config(tmp_path, stable_s=600.0), 1_000_000.0
+    after_idle = wd.decide(cfg, wd.State(restarts=2, healthy_since=now - 5000, last_result=wd.IDLE), seen(), now, 50_000.0)
+    assert (after_idle.state.restarts, after_idle.state.healthy_since) == (2, now)
+    unknown_start = wd.decide(cfg, wd.State(restarts=2, last_result=wd.OK), seen(), now, 50_000.0)
+    assert (unknown_start.state.restarts, unknown_start.state.healthy_since) == (2, now)
+    stable = wd.decide(cfg, wd.State(restarts=2, healthy_since=now - 600, last_result=wd.OK), seen(), now, 50_000.0)
+    assert stable.state.restarts == 0
+    assert stable.lines[-1][1] == "sglang-watchdog: OK: sglang.service has generated for 600s: the restart back-off starts over"
+    almost = wd.decide(cfg, wd.State(restarts=2, healthy_since=now - 599, last_result=wd.OK), seen(), now, 50_000.0)
+    assert almost.state.restarts == 2 and almost.lines == []
+
+
+def test_the_lines_of_a_busy_a_held_and_a_given_up_server_give_their_figures(tmp_path: Path) -> None:
+    cfg, now = config(tmp_path, failures=1, backoff_initial_s=300.0), 1_000_000.0
+    base = wd.State(generated_invocation="inv-1")
+    busy = [wd.Observation(ACTIVE, [], "8 of 8", [], HUNG, wd.Progress(100.0), wd.Progress(130.0, running, queued))
+            for running, queued in ((2.0, None), (None, 3.0))]  # fmt: skip
+    lines = [wd.decide(cfg, base, observation, now, 50_000.0).lines[0][1] for observation in busy]
+    assert lines[0].endswith("but it is working: 30 tokens during the check, 2 running. Not counted")
+    assert lines[1].endswith("but it is working: 30 tokens during the check, 3 queued. Not counted")
+    held = wd.decide(cfg, wd.State(restarts=1, last_restart=now - 100, restart_times=[now - 100], generated_invocation="inv-1"),
+                     seen(HUNG), now, 50_000.0)  # fmt: skip
+    assert "restarted 100s ago (restart 1; back-off 300s): the next restart in 200s at the earliest" in held.lines[-1][1]
+    full = wd.State(restarts=3, last_restart=now - 10, restart_times=[now - 3000, now - 2000, now - 10], generated_invocation="inv-1")
+    given_up = wd.decide(cfg, full, seen(HUNG), now, 50_000.0)
+    assert words(given_up) == [wd.GIVING_UP] and "not restarting it again for 600s" in given_up.lines[0][1]
+    assert given_up.state.giving_up_until == now + 600
+    # Said once per hold; at the second the hold ends (a hold from another hour, a clock put right) it is said again.
+    held_on = wd.decide(cfg, given_up.state, seen(HUNG), now + 60, 50_060.0)
+    assert held_on.lines == [] and held_on.state.last_result == wd.GIVING_UP
+    at_its_end = wd.decide(cfg, wd.State(**{**given_up.state.__dict__, "giving_up_until": now + 60}), seen(HUNG), now + 60, 50_060.0)
+    assert words(at_its_end) == [wd.GIVING_UP]
+
+
+def test_the_start_grace_counts_from_the_units_own_start(tmp_path: Path) -> None:
+    cfg = config(tmp_path, start_grace_s=2400.0)
+    started = wd.UnitState("active", "running", "inv-2", active_since=49_000.0)
+    waiting = wd.decide(cfg, wd.State(generated_invocation="inv-1"), seen(HUNG, started), 1_000_000.0, 50_000.0)
+    assert words(waiting) == [wd.WAITING] and "started 1000s ago" in waiting.lines[0][1]
+    late = wd.decide(cfg, wd.State(generated_invocation="inv-1"), seen(HUNG, started), 1_000_000.0, 51_400.0)
+    assert words(late) == [wd.FAILED]
+
+
+def test_a_line_carries_its_priority_under_systemd_only(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("JOURNAL_STREAM", raising=False)
+    wd.emit("err", "sglang-watchdog: RESTART: two\nlines")
+    monkeypatch.setenv("JOURNAL_STREAM", "8:12345")
+    wd.emit("err", "sglang-watchdog: RESTART: x")
+    wd.emit("info", "sglang-watchdog: IDLE: y")
+    assert capsys.readouterr().out == "sglang-watchdog: RESTART: two lines\n<3>sglang-watchdog: RESTART: x\n<6>sglang-watchdog: IDLE: y\n"
+
+
+def test_a_line_is_out_before_the_tick_can_be_killed() -> None:
+    """systemd's timeout kills a tick that hangs: each line is already in the journal (written through, not held in
+    the pipe's buffer until a clean exit)."""
+    code = "import os; from sglang_deploy_host import watchdog as wd; wd.emit('err', 'sglang-watchdog: RESTART: x'); os._exit(1)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "module_utils"), os.environ.get("PYTHONPATH", "")])}
+    env.pop("PYTHONUNBUFFERED", None)  # as under systemd: stdout a pipe, block-buffered
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert done.stdout == "sglang-watchdog: RESTART: x\n", done.stderr
