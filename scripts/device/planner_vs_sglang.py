@@ -53,11 +53,12 @@ def device_gpu(results: Path) -> tuple[int, int]:
 
 def glm5_inputs(log: startlog.StartLog, config: dict[str, Any], gpu_mib: int, sm_major: int) -> tuple[planner.PlanInputs, list[str]]:
     """The planner's inputs for this start: its launch, GLM-5's shapes, the measured load."""
-    flags = startlog.launch_flags(log.server_args)
-    values = planner.inputs_from_flags(flags)
+    # 0.5.17 spells the DSA backends as the cu130 lane's sglang does (--dsa-*).
+    launch = startlog.launch_settings(log.server_args, "cu130")
+    values = planner.inputs_from_settings(launch)
     values.pop("kv_cache_dtype", None)
     derived, notes = planner.architecture_inputs(
-        config, flags, sm_major=sm_major, sglang_version=DEVICE_SGLANG, architecture="glm-5"
+        config, launch, sm_major=sm_major, sglang_version=DEVICE_SGLANG, architecture="glm-5"
     )
     values.update(derived)
     values.update(gpu_memory_mib=gpu_mib, weights_gib_per_gpu=log.readings["weights_gib"])

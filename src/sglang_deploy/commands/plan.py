@@ -26,7 +26,7 @@ from sglang_deploy.playbook import runner
 from sglang_deploy.serving import server
 from sglang_deploy.memory.plan_inputs import PLAN_VAR
 from sglang_deploy.lanes import DEFAULT_LANE, Lane, LaneError, load_lane
-from sglang_deploy.launch import LaunchConfig, LaunchConfigError, normalized_flags
+from sglang_deploy.launch import TABLE, LaunchConfig, LaunchConfigError
 
 _console = Console(highlight=False, soft_wrap=True)
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -117,6 +117,7 @@ def build_inputs(
     launch_flags: dict[str, Any] = {}
     plan_vars: dict[str, Any] = {}
     lane = args.lane
+    launch = None
     if args.profile is not None and not args.inventory:
         raise planner.PlanError(
             f"--profile {args.profile!r} needs -i: the launch profiles are an inventory's sglang_server_profiles. "
@@ -126,26 +127,33 @@ def build_inputs(
         host, host_inputs = host_plan_inputs(args.inventory, args.host)
         notes.append(f"launch flags of {host} from {args.inventory}")
         profile = args.profile if args.profile is not None else host_inputs.get("profile")
+        lane = lane or host_inputs.get("lane") or DEFAULT_LANE
         try:
-            merged = server.inventory_flags(
-                host_inputs.get("flags"), profile, host_inputs.get("profiles"), host_inputs.get("flags_override")
+            launch_flags = server.inventory_flags(
+                host_inputs.get("flags"), profile, host_inputs.get("profiles"), host_inputs.get("flags_override"), lane
             )
+            launch = LaunchConfig.from_vars(launch_flags, python="python3", lane=lane)
         except LaunchConfigError as err:
             raise planner.PlanError(f"host {host}: {err}") from None
         if profile:
             notes.append(f"launch profile {profile!r}")
-        launch_flags = dict(LaunchConfig.from_vars(merged, python="python3").to_dict()["flags"])
         plan_vars = host_inputs.get("memory_plan") or {}
         if not isinstance(plan_vars, dict):
             raise planner.PlanError(f"host {host}: {PLAN_VAR} must be a mapping, got {type(plan_vars).__name__}")
-        lane = lane or host_inputs.get("lane")
     lane = lane or DEFAULT_LANE
-    for name in ("kv_cache_dtype", "attention_backend", "dsa_prefill_backend", "dsa_decode_backend", "speculative_algorithm"):
-        if getattr(args, name):
-            launch_flags[name.replace("_", "-")] = getattr(args, name)
+    # The command line's flags over the inventory's (in any lane's spelling: the table renders them for the lane).
+    given = {
+        name.replace("_", "-"): getattr(args, name)
+        for name in ("kv_cache_dtype", "attention_backend", "dsa_prefill_backend", "dsa_decode_backend", "speculative_algorithm")
+        if getattr(args, name)
+    }  # fmt: skip
     if args.tp_size is not None:
-        launch_flags["tp-size"] = args.tp_size
-    check_choices(launch_flags, load_lane(lane))
+        given["tp-size"] = args.tp_size
+    try:
+        launch = (launch or LaunchConfig.from_vars({}, python="python3", lane=lane)).amended(flags=given)
+    except LaunchConfigError as err:
+        raise planner.PlanError(str(err)) from None
+    check_choices(launch, load_lane(lane))
     verdict = _inspect(args.checkpoint) if args.checkpoint else None
     if verdict is not None and not args.model_config and not args.architecture and not plan_vars.get("architecture"):
         args.model_config = str(Path(args.checkpoint) / inspector.CONFIG_NAME)
@@ -154,10 +162,9 @@ def build_inputs(
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = tuple(value) if isinstance(value, list) else value
-    tp = int(overrides.get("tp_size") or planner.inputs_from_flags(normalized_flags(launch_flags)).get("tp_size") or 1)
+    tp = int(overrides.get("tp_size") or launch.tp_size)
     draft: dict[str, float] = {}
     if verdict is not None:
-        launch = LaunchConfig.from_vars(launch_flags, python="python3")
         refused = checkpoints.problems(launch, verdict, where="this launch")
         if refused:
             raise planner.PlanError("; ".join(refused))
@@ -176,7 +183,7 @@ def build_inputs(
         )
     where = f" ({PLAN_VAR} of the inventory's host has no gpu_memory_mib)" if args.inventory else ""
     sources = plan_inputs.PlanSources(
-        flags=launch_flags, lane=lane, plan_vars=plan_vars, count_used_memory=True,
+        launch=launch.settings, lane=lane, plan_vars=plan_vars, count_used_memory=True,
         gpu_facts=_read_json(args.gpu_facts, "--gpu-facts") if args.gpu_facts else None,
         architecture=args.architecture, model_config=_model_config(args), sm_major=args.sm_major,
         draft=draft, overrides=overrides,
@@ -286,12 +293,12 @@ def host_plan_inputs(inventory: str, host: str | None) -> tuple[str, dict[str, A
     return hosts[0], data
 
 
-def check_choices(launch_flags: dict[str, Any], lane: Lane) -> None:
+def check_choices(launch: LaunchConfig, lane: Lane) -> None:
     """A PlanError for a flag value the lane's sglang does not take (its recorded choices), or a speculative
     algorithm the planner does not model; what the plan reads must be what the server would launch with."""
-    normalized = normalized_flags(launch_flags)
     for flag, choices in lane.choices:
-        value = normalized.get(flag)
+        spec = TABLE.spec(flag)
+        value = getattr(launch.settings, spec.field) if spec is not None else None
         if value is None or value is False:
             continue
         if str(value) not in choices:
@@ -299,7 +306,7 @@ def check_choices(launch_flags: dict[str, Any], lane: Lane) -> None:
                 f"--{flag} {value!r} is not a value sglang {lane.sglang} takes (lane {lane.name}). Fix: one of "
                 f"{', '.join(choices)}"
             )
-    algorithm = normalized.get("speculative-algorithm")
+    algorithm = launch.settings.speculative_algorithm
     if algorithm and str(algorithm).upper() not in planner.SPECULATIVE_ALGORITHMS:
         raise planner.PlanError(
             f"--speculative-algorithm {algorithm}: sglang {lane.sglang} takes it, but the memory planner models only "

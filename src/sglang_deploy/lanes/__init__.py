@@ -76,6 +76,51 @@ class KernelExemption:
 
 
 @dataclass(frozen=True)
+class Sm120Rules:
+    """What this lane's sglang does on SM12x (RTX PRO 6000 Blackwell) that a launch must respect, each with where it
+    was read (launch/lane_rules.py checks them). Empty lists / 0 / "": no such rule in this lane."""
+
+    dsa_backends_without_sm120: tuple[str, ...] = ()
+    dsa_backends_without_sm120_source: str = ""
+    # An fp8 pool's DSA backends (prefill, decode), when the lane's sglang takes only these on SM12x.
+    dsa_fp8_prefill: tuple[str, ...] = ()
+    dsa_fp8_decode: tuple[str, ...] = ()
+    dsa_fp8_only: tuple[str, ...] = ()
+    dsa_fp8_source: str = ""
+    # A bf16 pool's automatic prefill backend, when it has no SM120 kernels, and the one to pin instead.
+    dsa_bf16_auto_prefill: str = ""
+    dsa_bf16_pin: str = ""
+    dsa_bf16_source: str = ""
+    allreduce_fusion_refused: bool = False
+    allreduce_fusion_source: str = ""
+    # The largest decode-graph batch a launch may capture on a 96 GB card (0: no cap).
+    decode_graph_max_bs: int = 0
+    decode_graph_source: str = ""
+
+
+@dataclass(frozen=True)
+class GraphTier:
+    """sglang's defaults for GPUs below ``below_gib`` (None: no bound): chunked prefill and the decode graphs'
+    largest batch at TP < 4 and TP >= 4."""
+
+    below_gib: float | None
+    chunked_prefill_size: int
+    max_bs_small_tp: int
+    max_bs_large_tp: int
+
+
+@dataclass(frozen=True)
+class PlannerRules:
+    """The memory planner's terms that follow the lane's sglang (memory/planner.py reads them)."""
+
+    graph_tiers: tuple[GraphTier, ...]
+    graph_tiers_unknown: tuple[int, int]
+    running_requests_cap_explicit_bs: bool
+    prefill_graphs_default: bool
+    source: str
+
+
+@dataclass(frozen=True)
 class Lane:
     """One stack lane, as checked against PyPI metadata."""
 
@@ -100,13 +145,23 @@ class Lane:
     tls_flags: tuple[str, ...] = ()
     """This lane's sglang flags that serve TLS (``ssl-certfile``, ...; none: it cannot), recorded from its parser;
     tests/unit/launch/test_validator.py checks that the parser has each."""
+    sm120_rules: Sm120Rules = Sm120Rules()
+    """What a launch must respect on SM12x in this lane's sglang (launch/lane_rules.py)."""
+    planner: PlannerRules | None = None
+    """The memory planner's per-lane terms; None: the planner's own (0.5.10.post1's)."""
+    shared_experts_fusion_auto_off: str = ""
+    """Where this lane's sglang turns shared-experts fusion off by itself for a checkpoint whose shared expert keeps a
+    higher precision ("": it does not; the launch must say --disable-shared-experts-fusion)."""
 
     def choices_for(self, flag: str) -> tuple[str, ...] | None:
         """The values ``flag`` (``speculative-algorithm``) takes in this lane's sglang; None when not recorded."""
         return dict(self.choices).get(flag)
 
 
-_OPTIONAL_LANE_KEYS = frozenset({"lock", "kernel_exemptions", "fp4_gemm_auto_sm120", "choices", "tls_flags"})
+_OPTIONAL_LANE_KEYS = frozenset(
+    {"lock", "kernel_exemptions", "fp4_gemm_auto_sm120", "choices", "tls_flags", "sm120_rules", "planner",
+     "shared_experts_fusion_auto_off"}
+)  # fmt: skip
 
 
 def _lane_dir() -> Traversable:
@@ -167,7 +222,79 @@ def _parse_lane(data: dict[str, Any], where: str) -> Lane:
             for flag in (data.get("choices") or {})
         ),
         tls_flags=_strings(data, "tls_flags", where) if "tls_flags" in data else (),
+        sm120_rules=_parse_sm120_rules(data.get("sm120_rules") or {}, f"{where}: sm120_rules"),
+        planner=_parse_planner(data["planner"], f"{where}: planner") if "planner" in data else None,
+        shared_experts_fusion_auto_off=(
+            _string(data, "shared_experts_fusion_auto_off", where) if "shared_experts_fusion_auto_off" in data else ""
+        ),
     )
+
+
+def _parse_sm120_rules(value: object, where: str) -> Sm120Rules:
+    data = _mapping(value, where)
+    known = {"dsa_backends_without_sm120", "dsa_backends_without_sm120_source", "dsa_fp8_backends", "dsa_bf16_unset_prefill",
+             "allreduce_fusion_refused", "allreduce_fusion_source", "decode_graph_max_bs", "decode_graph_source"}  # fmt: skip
+    _check_keys(data, known, where, optional=frozenset(known))
+    fp8 = _mapping(data.get("dsa_fp8_backends") or {"prefill": [], "decode": [], "only_fp8": [], "source": ""},
+                   f"{where}: dsa_fp8_backends")  # fmt: skip
+    _check_keys(fp8, {"prefill", "decode", "only_fp8", "source"}, f"{where}: dsa_fp8_backends", optional=frozenset({"only_fp8"}))
+    bf16 = _mapping(data.get("dsa_bf16_unset_prefill") or {"auto": "", "pin": "", "source": ""}, f"{where}: dsa_bf16_unset_prefill")
+    _check_keys(bf16, {"auto", "pin", "source"}, f"{where}: dsa_bf16_unset_prefill")
+    refused = data.get("allreduce_fusion_refused", False)
+    max_bs = data.get("decode_graph_max_bs", 0)
+    if not isinstance(refused, bool) or not isinstance(max_bs, int) or isinstance(max_bs, bool) or max_bs < 0:
+        raise LaneError(f"{where}: allreduce_fusion_refused must be true/false and decode_graph_max_bs a count >= 0")
+    rules = Sm120Rules(
+        dsa_backends_without_sm120=_strings(data, "dsa_backends_without_sm120", where) if "dsa_backends_without_sm120" in data else (),
+        dsa_backends_without_sm120_source=str(data.get("dsa_backends_without_sm120_source") or ""),
+        dsa_fp8_prefill=_strings(fp8, "prefill", where), dsa_fp8_decode=_strings(fp8, "decode", where),
+        dsa_fp8_only=_strings(fp8, "only_fp8", where) if "only_fp8" in fp8 else (),
+        dsa_fp8_source=str(fp8["source"] or ""),
+        dsa_bf16_auto_prefill=str(bf16["auto"] or ""), dsa_bf16_pin=str(bf16["pin"] or ""),
+        dsa_bf16_source=str(bf16["source"] or ""),
+        allreduce_fusion_refused=refused, allreduce_fusion_source=str(data.get("allreduce_fusion_source") or ""),
+        decode_graph_max_bs=max_bs, decode_graph_source=str(data.get("decode_graph_source") or ""),
+    )  # fmt: skip
+    unsourced = [
+        name for name, set_, source in (
+            ("dsa_backends_without_sm120", rules.dsa_backends_without_sm120, rules.dsa_backends_without_sm120_source),
+            ("dsa_fp8_backends", rules.dsa_fp8_prefill, rules.dsa_fp8_source),
+            ("dsa_bf16_unset_prefill", rules.dsa_bf16_auto_prefill, rules.dsa_bf16_source),
+            ("allreduce_fusion_refused", rules.allreduce_fusion_refused, rules.allreduce_fusion_source),
+            ("decode_graph_max_bs", rules.decode_graph_max_bs, rules.decode_graph_source),
+        ) if set_ and not source.strip()
+    ]  # fmt: skip
+    if unsourced:
+        raise LaneError(f"{where}: {', '.join(unsourced)} without a source; say where it was read")
+    return rules
+
+
+def _parse_planner(value: object, where: str) -> PlannerRules:
+    data = _mapping(value, where)
+    fields_ = set(PlannerRules.__dataclass_fields__)
+    _check_keys(data, fields_, where)
+    tiers = []
+    rows = data["graph_tiers"]
+    if not isinstance(rows, list) or not rows:
+        raise LaneError(f"{where}: graph_tiers must be a list of [below GiB, chunked, max bs TP < 4, TP >= 4]")
+    for index, row in enumerate(rows):
+        ok = isinstance(row, list) and len(row) == 4 and all(isinstance(v, int) and not isinstance(v, bool) for v in row[1:])
+        if not ok or not (row[0] is None or isinstance(row[0], (int, float))):
+            raise LaneError(f"{where}: graph_tiers[{index}] = {row!r} is not [below GiB or null, chunked, bs, bs]")
+        tiers.append(GraphTier(row[0], row[1], row[2], row[3]))
+    if tiers[-1].below_gib is not None or any(t.below_gib is None for t in tiers[:-1]):
+        raise LaneError(f"{where}: graph_tiers: only the last row has no bound (null), and it must be there")
+    unknown = data["graph_tiers_unknown"]
+    if not (isinstance(unknown, list) and len(unknown) == 2 and all(isinstance(v, int) for v in unknown)):
+        raise LaneError(f"{where}: graph_tiers_unknown must be [chunked, max bs]")
+    for key in ("running_requests_cap_explicit_bs", "prefill_graphs_default"):
+        if not isinstance(data[key], bool):
+            raise LaneError(f"{where}: {key} must be true or false")
+    return PlannerRules(
+        graph_tiers=tuple(tiers), graph_tiers_unknown=(unknown[0], unknown[1]),
+        running_requests_cap_explicit_bs=data["running_requests_cap_explicit_bs"],
+        prefill_graphs_default=data["prefill_graphs_default"], source=_string(data, "source", where),
+    )  # fmt: skip
 
 
 def _reasoned_items(value: object, kind: type, name: str, where: str) -> list[tuple[dict[str, Any], str]]:

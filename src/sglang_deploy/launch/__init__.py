@@ -21,37 +21,22 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
+from sglang_deploy.lanes import DEFAULT_LANE
+from sglang_deploy.launch import flagtable
+from sglang_deploy.launch.flagtable import LaunchSettings
 from sglang_deploy_host import endpoint, sglang_launcher, systemd
 
 DEFAULT_MODULE = "sglang.launch_server"
 # Where the sglang_server role installs sglang_launcher.py (sglang_server_libexec_dir).
 DEFAULT_LAUNCHER = "/usr/local/libexec/sglang-deploy/sglang_launcher.py"
 
-# Option strings that name the same argparse action in sglang (checked in 0.5.10.post1's
-# server_args.py). Two of one group in the same config is a conflict; the validator catches any
-# group this table misses by argparse ``dest``.
-ALIAS_GROUPS: tuple[tuple[str, ...], ...] = (
-    ("model-path", "model"),
-    ("tensor-parallel-size", "tp-size", "tp"),
-    ("pipeline-parallel-size", "pp-size"),
-    ("data-parallel-size", "dp-size"),
-    ("expert-parallel-size", "ep-size", "ep"),
-    ("attention-context-parallel-size", "attn-cp-size"),
-    ("moe-data-parallel-size", "moe-dp-size"),
-    ("dist-init-addr", "nccl-init-addr"),
-    ("speculative-draft-model-path", "speculative-draft-model"),
-)
-# Names sglang accepts only through argparse prefix matching: rendered in full, because a new flag
-# sharing the prefix would make them ambiguous (the seeds' ``--tp 8`` is ``--tp-size 8``).
-ABBREVIATIONS: dict[str, str] = {"tp": "tp-size"}
-# Our own flag values that a role resolves per host (flag -> (placeholder, a value sglang's parser
-# accepts in its place for validation)): the memory planner turns ``auto`` into a fraction.
-RESOLVED_PER_HOST: dict[str, tuple[str, str]] = {"mem-fraction-static": ("auto", "0.9")}
-
-_GROUP_OF: dict[str, tuple[str, ...]] = {name: group for group in ALIAS_GROUPS for name in group}
+# Which flags are one sglang option, how each lane spells them, their types, and the values the planner resolves
+# per host: the flag table (flag_table.yml, flagtable.py). The validator catches any alias the table misses by
+# argparse ``dest``.
+TABLE = flagtable.table()
 
 
 class LaunchConfigError(ValueError):
@@ -102,6 +87,9 @@ class LaunchConfig:
     module: str = DEFAULT_MODULE
     secret_env_names: frozenset[str] = field(default_factory=frozenset)
     launcher: str = DEFAULT_LAUNCHER
+    lane: str = DEFAULT_LANE
+    settings: LaunchSettings = field(default_factory=LaunchSettings)
+    """The flags the table knows, typed (flagtable.py): what every reader of a launch reads."""
 
     @classmethod
     def from_vars(
@@ -117,15 +105,21 @@ class LaunchConfig:
         launcher: str = DEFAULT_LAUNCHER,
         profile: str | None = None,
         profiles: Mapping[str, Any] | None = None,
+        lane: str = DEFAULT_LANE,
     ) -> LaunchConfig:
         """Build from inventory variables (the flags, the launch profile merged over them, then the
-        override); raises :class:`LaunchConfigError` with the fix."""
+        override), each flag in ``lane``'s sglang spelling and typed by the flag table; raises
+        :class:`LaunchConfigError` with the fix."""
         if not python:
             raise LaunchConfigError("sglang_server_python is empty: set it to the ml-env's python3")
-        merged_flags = merge_flags(profile_flags(flags, profile, profiles), flags_override)
+        merged_flags = merge_flags(profile_flags(flags, profile, profiles, lane), flags_override)
         merged_env = merge_flags(env, env_override, variable="sglang_server_env")
-        parsed = tuple(_flag(name, value) for name, value in merged_flags.items() if value is not None)
+        parsed = tuple(_flag(name, value, lane) for name, value in merged_flags.items() if value is not None)
         _check_conflicts(parsed)
+        try:
+            settings = flagtable.settings_of({f.name: f.value for f in parsed}, lane)
+        except flagtable.FlagTableError as err:
+            raise LaunchConfigError(str(err)) from None
         environment = tuple(
             (_env_name(name), _env_value(name, value))
             for name, value in merged_env.items()
@@ -138,28 +132,49 @@ class LaunchConfig:
             module=module,
             secret_env_names=frozenset(secret_env_names),
             launcher=launcher,
+            lane=lane,
+            settings=settings,
         )
         config._check_env_refs()
         return config
 
-    # -- reading -------------------------------------------------------------------------------
-    def flag(self, name: str) -> Flag | None:
-        """The flag called ``name`` or any of its aliases, if set."""
-        wanted = set(_GROUP_OF.get(flag_name(name), (flag_name(name),)))
-        return next((f for f in self.flags if f.name in wanted), None)
+    def amended(self, *, flags: Mapping[str, Any] | None = None, env: Mapping[str, Any] | None = None) -> LaunchConfig:
+        """This launch with ``flags`` and ``env`` changed (null removes one; a flag in any spelling the table knows
+        replaces it in place, rendered for this launch's lane): what the resolver adds after the inventory (the P2P
+        adjustment, the role's own flags, the planner's fraction). Only the changes are parsed; the whole launch is
+        checked again (conflicts, types, environment references). No change: this launch itself."""
+        if not flags and not env:
+            return self
+        parsed = list(self.flags)
+        for key, value in (flags or {}).items():
+            wanted = _identity(key)
+            at = next((i for i, flag in enumerate(parsed) if _identity(flag.name) == wanted), None)
+            if value is None:
+                parsed = [flag for i, flag in enumerate(parsed) if i != at]
+            elif at is None:
+                parsed.append(_flag(key, value, self.lane))
+            else:
+                parsed[at] = _flag(key, value, self.lane)
+        _check_conflicts(parsed)
+        environment = dict(self.environment)
+        for name, value in (env or {}).items():
+            if value is None:
+                environment.pop(name, None)
+            else:
+                environment[_env_name(name)] = _env_value(name, value)
+        try:
+            settings = flagtable.settings_of({f.name: f.value for f in parsed}, self.lane)
+        except flagtable.FlagTableError as err:
+            raise LaunchConfigError(str(err)) from None
+        config = replace(self, flags=tuple(parsed), environment=tuple(environment.items()), settings=settings)
+        config._check_env_refs()
+        return config
 
+    # -- reading -------------------------------------------------------------------------------
     @property
     def tp_size(self) -> int:
         """Tensor-parallel size the server will use (sglang's default is 1)."""
-        tp = self.flag("tp-size")
-        if tp is None:
-            return 1
-        try:
-            return int(str(tp.value))
-        except ValueError:
-            raise LaunchConfigError(
-                f"sglang_server_flags['{tp.name}'] = {tp.value!r} is not an integer GPU count"
-            ) from None
+        return self.settings.tp
 
     # -- rendering -----------------------------------------------------------------------------
     def flag_argv(self) -> list[str]:
@@ -170,8 +185,10 @@ class LaunchConfig:
         """:meth:`flag_argv` with our own placeholders (not sglang's) swapped for a value of the type
         sglang parses: ``mem-fraction-static: auto`` is resolved per host by the memory planner."""
         words: list[str] = []
+        placeholders = TABLE.placeholders()
         for flag in self.flags:
-            placeholder = RESOLVED_PER_HOST.get(flag.name)
+            spec = TABLE.spec(flag.name)
+            placeholder = placeholders.get(spec.name) if spec is not None else None
             if placeholder is not None and str(flag.value) == placeholder[0]:
                 words += [f"--{flag.name}", placeholder[1]]
             else:
@@ -212,6 +229,7 @@ class LaunchConfig:
             "exec_start": self.exec_start(),
             "environment_assignments": self.environment_assignments(),
             "tp_size": self.tp_size,
+            "lane": self.lane,
         }
 
     def exposure_problem(self, *, allow_unauthenticated: bool) -> str | None:
@@ -222,7 +240,8 @@ class LaunchConfig:
         explicit ``sglang_server_allow_unauthenticated`` may ask for.
         """
         for flag in self.flags:
-            if flag.name in endpoint.SECRET_FLAGS and not isinstance(flag.value, EnvRef):
+            spec = TABLE.spec(flag.name)
+            if spec is not None and spec.type == "secret" and not isinstance(flag.value, EnvRef):
                 is_key = flag.name == "api-key"
                 fix = "sglang_server_api_key" if is_key else "{env: NAME} with NAME in sglang_server_secret_env"
                 return (
@@ -230,13 +249,12 @@ class LaunchConfig:
                     f"file and in the server's argv (readable by every local user). Fix: remove it and set {fix} "
                     "(from vault or the environment) instead"
                 )
-        host = self.flag("host")
-        port = self.flag("port")
+        served = self.settings
         return endpoint.exposure_problem(
             "the server",
-            endpoint.DEFAULT_BIND_HOST if host is None else str(host.value),
-            endpoint.DEFAULT_PORT if port is None else port.value,
-            has_key=self.flag("api-key") is not None,
+            endpoint.DEFAULT_BIND_HOST if served.host is None else served.host,
+            endpoint.DEFAULT_PORT if served.port is None else served.port,
+            has_key=served.api_key is not None,
             allowed=allow_unauthenticated,
             key_var="sglang_server_api_key",
             bind_var="sglang_server_flags['host']",
@@ -255,12 +273,22 @@ class LaunchConfig:
 
 
 # -- launch profiles -----------------------------------------------------------------------------
+PROFILE_LANES_KEY = "lanes"
+"""A profile's key for what it changes on one lane only (``lanes: {cu130: {flag: value}}``), merged after the
+profile's own changes: a choice that differs between the lanes' sglang (an SM120 kernel one lane has), not a
+rename (the flag table renders each flag in the lane's spelling by itself)."""
+
+
 def profile_flags(
-    flags: Mapping[str, Any] | None, profile: str | None, profiles: Mapping[str, Any] | None
+    flags: Mapping[str, Any] | None,
+    profile: str | None,
+    profiles: Mapping[str, Any] | None,
+    lane: str = DEFAULT_LANE,
 ) -> dict[str, Any]:
     """``sglang_server_flags`` with the launch profile ``sglang_server_profile`` (an entry of
-    ``sglang_server_profiles``: flag changes, null removes a flag) merged in; "" or None = the flags
-    as they are. What every reader of a host's flags starts from (the override comes after)."""
+    ``sglang_server_profiles``: flag changes, null removes a flag, then its ``lanes`` entry for ``lane``) merged
+    in; "" or None = the flags as they are. What every reader of a host's flags starts from (the override comes
+    after)."""
     if profile is not None and not isinstance(profile, str):
         raise LaunchConfigError(
             f"sglang_server_profile = {profile!r} is not a profile's name (a {type(profile).__name__}). "
@@ -285,7 +313,17 @@ def profile_flags(
         raise LaunchConfigError(
             f"sglang_server_profiles['{profile}'] must be a mapping of flag changes, got {type(changes).__name__}"
         )
-    return merge_flags(flags, changes, override_label=f"sglang_server_profiles['{profile}']")
+    label = f"sglang_server_profiles['{profile}']"
+    per_lane = changes.get(PROFILE_LANES_KEY) or {}
+    if not isinstance(per_lane, Mapping) or not all(
+        isinstance(v, Mapping) or v is None for v in per_lane.values()
+    ):
+        raise LaunchConfigError(
+            f"{label}['{PROFILE_LANES_KEY}'] must map lane names to flag changes, e.g. {{cu130: {{flag: value}}}}"
+        )
+    own = {key: value for key, value in changes.items() if key != PROFILE_LANES_KEY}
+    merged = merge_flags(flags, own, override_label=label)
+    return merge_flags(merged, per_lane.get(lane), override_label=f"{label}['{PROFILE_LANES_KEY}']['{lane}']")
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -297,8 +335,11 @@ def merge_flags(
     override_label: str = "",
 ) -> dict[str, Any]:
     """``base`` updated by ``override``: replaced keys keep their place, new ones go last (a null
-    value stays, to remove the flag when rendered). The one merge rule of flags and environment."""
+    value stays, to remove the flag when rendered). The one merge rule of flags and environment. For flags, an
+    override's key replaces the base's key for the same flag in any spelling (``tp_size`` for ``tp-size``, a lane's
+    ``dsa-prefill-backend`` for ``nsa-prefill-backend``: the flag table's rows), under the override's spelling."""
     merged: dict[str, Any] = {}
+    is_flags = variable == "sglang_server_flags"
     for label, part in ((variable, base), (override_label or variable + "_override", override)):
         if part is None:
             continue
@@ -306,11 +347,23 @@ def merge_flags(
             raise LaunchConfigError(
                 f"{label} must be a mapping (name: value), got {type(part).__name__}"
             )
+        # The earlier parts' keys by flag: each replaced once, so two spellings within one part stay a conflict.
+        earlier = {_identity(key): key for key in merged} if is_flags else {}
         for key, value in part.items():
             if not isinstance(key, str) or not key.strip("-_ "):
                 raise LaunchConfigError(f"{label} has an empty or non-string key: {key!r}")
-            merged[key] = value
+            replaced = earlier.pop(_identity(key), None) if is_flags else None
+            if replaced is not None and replaced != key:
+                merged = {(key if k == replaced else k): (value if k == replaced else v) for k, v in merged.items()}
+            else:
+                merged[key] = value
     return merged
+
+
+def _identity(key: str) -> str:
+    """Which flag a key names: its table row, else its one spelling (flag_name)."""
+    spec = TABLE.spec(flag_name(key))
+    return spec.name if spec is not None else flag_name(key)
 
 
 def flag_name(name: object) -> str:
@@ -321,11 +374,6 @@ def flag_name(name: object) -> str:
 def normalized_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
     """``flags`` keyed by :func:`flag_name` (a later spelling of one flag wins, as in a merge)."""
     return {flag_name(key): value for key, value in flags.items()}
-
-
-def flag_key(flags: Mapping[str, Any], name: str) -> str:
-    """The key ``flags`` spells flag ``name`` with (``--x_y``, ``x_y`` and ``x-y`` are one flag); ``name`` when absent."""
-    return next((str(key) for key in flags if flag_name(key) == name), name)
 
 
 def _scalar(name: str, value: Any) -> str:
@@ -346,12 +394,14 @@ def _scalar(name: str, value: Any) -> str:
     )
 
 
-def _flag(raw_name: str, value: Any) -> Flag:
+def _flag(raw_name: str, value: Any, lane: str) -> Flag:
     problem = endpoint.flag_name_problem(raw_name, "sglang_server_flags")
     if problem:
         raise LaunchConfigError(problem)
-    name = flag_name(raw_name)
-    name = ABBREVIATIONS.get(name, name)
+    try:
+        name = TABLE.rendered_name(flag_name(raw_name), lane)
+    except flagtable.FlagTableError as err:
+        raise LaunchConfigError(str(err)) from None
     if value is True:
         return Flag(name, True)
     if value is False:
@@ -390,15 +440,17 @@ def _plain(value: FlagValue) -> Any:
 
 
 def _check_conflicts(flags: Sequence[Flag]) -> None:
-    seen: dict[tuple[str, ...], str] = {}
+    seen: dict[str, str] = {}
     for flag in flags:
-        group = _GROUP_OF.get(flag.name, (flag.name,))
+        spec = TABLE.spec(flag.name)
+        group = spec.name if spec is not None else flag.name
         if group in seen:
             first = seen[group]
             what = "is set twice" if first == flag.name else f"and '{first}' both set"
+            spellings = sorted(spec.spellings()) if spec is not None else [group]
             raise LaunchConfigError(
                 f"sglang_server_flags: '{flag.name}' {what} (they are one sglang option: "
-                f"--{group[0]}). Fix: keep one key; to replace a profile default from host_vars use "
+                f"{', '.join('--' + s for s in spellings)}). Fix: keep one key; to replace a profile default from host_vars use "
                 "sglang_server_flags_override with the same key, or null to remove it."
             )
         seen[group] = flag.name

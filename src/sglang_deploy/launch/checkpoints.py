@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from sglang_deploy_host import checkpoint as inspector
+from sglang_deploy.lanes import load_lane
 from sglang_deploy.launch import LaunchConfig
 
 GIB = 1 << 30
@@ -126,14 +127,14 @@ def from_known(repo: str, revision: str) -> Verdict | None:
 
 def self_drafting(config: LaunchConfig) -> str | None:
     """The speculative algorithm, when the launch drafts with the served checkpoint's own MTP layer."""
-    algorithm = config.flag("speculative-algorithm")
-    if algorithm is None or str(algorithm.value).upper() not in SELF_DRAFTING:
+    launch = config.settings
+    algorithm = launch.speculative_algorithm
+    if algorithm is None or algorithm.upper() not in SELF_DRAFTING:
         return None
-    draft = config.flag("speculative-draft-model-path")
-    model = config.flag("model-path")
-    if draft is not None and (model is None or str(draft.value) != str(model.value)):
+    draft = launch.speculative_draft_model_path
+    if draft is not None and draft != launch.model_path:
         return None  # a draft model of its own: not this checkpoint's layer
-    return str(algorithm.value)
+    return algorithm
 
 
 def problems(config: LaunchConfig, verdict: Verdict | None, *, where: str) -> list[str]:
@@ -150,7 +151,11 @@ def problems(config: LaunchConfig, verdict: Verdict | None, *, where: str) -> li
             f"draft layer {verdict.draft_layer} restored in BF16 (e.g. festr2/GLM-5-NVFP4-MTP; {MTP_DOCS}), "
             "or launch without the speculative flags (a profile without them, e.g. sglang_server_profile: tuned)"
         )
-    if verdict.shared_experts_fusion == "dtypes-differ" and config.flag("disable-shared-experts-fusion") is None:
+    if (
+        verdict.shared_experts_fusion == "dtypes-differ"
+        and not config.settings.disable_shared_experts_fusion
+        and not load_lane(config.lane).shared_experts_fusion_auto_off
+    ):
         found.append(_fusion_problem(verdict))
     return found
 

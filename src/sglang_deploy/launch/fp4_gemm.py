@@ -40,8 +40,7 @@ def flashinfer_versions(lane: Lane) -> dict[str, str]:
 def effective_backend(lane: Lane, config: LaunchConfig) -> str | None:
     """The FP4 GEMM backend the launch runs on SM120 (``auto`` as the lane's sglang resolves it; None when the
     lane does not say)."""
-    flag = config.flag("fp4-gemm-backend")
-    requested = str(flag.value) if flag is not None else "auto"
+    requested = config.settings.fp4_gemm_backend or "auto"
     if requested == "auto":
         return lane.fp4_gemm_auto_sm120 or None
     return requested
@@ -49,8 +48,8 @@ def effective_backend(lane: Lane, config: LaunchConfig) -> str | None:
 
 def runs_fp4_gemms(config: LaunchConfig, checkpoint_quantization: str | None = None) -> bool:
     """The launch serves an NVFP4 model: ModelOpt FP4 asked for, or the checkpoint says NVFP4."""
-    flag = config.flag("quantization")
-    return (flag is not None and "fp4" in str(flag.value)) or (checkpoint_quantization or "").upper() == "NVFP4"
+    quantization = config.settings.quantization
+    return (quantization is not None and "fp4" in quantization) or (checkpoint_quantization or "").upper() == "NVFP4"
 
 
 def problem(lane: Lane, config: LaunchConfig, sm_major: int | None) -> str | None:
@@ -65,8 +64,8 @@ def problem(lane: Lane, config: LaunchConfig, sm_major: int | None) -> str | Non
     if not old:
         return None
     pinned = ", ".join(f"{v} (Python {p})" for p, v in sorted(old.items()))
-    asked = config.flag("fp4-gemm-backend")
-    how = "the launch asks for it" if asked is not None and str(asked.value) != "auto" else (
+    asked = config.settings.fp4_gemm_backend
+    how = "the launch asks for it" if asked is not None and asked != "auto" else (
         "--fp4-gemm-backend auto resolves to it on SM120 in this lane")  # fmt: skip
     return (
         f"NVFP4 GEMMs would run on {AFFECTED_BACKEND} on SM120 ({how}), and lane {lane.name}'s lock pins "

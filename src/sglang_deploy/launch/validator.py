@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from sglang_deploy.launch import flagtable
 from sglang_deploy.lanes import DEFAULT_LANE, Lane, LaneError, lane_names, load_lane
 from sglang_deploy.launch.validator_venv import ValidatorError, ensure_validator_env, run_probe
 
@@ -332,29 +333,23 @@ class Range:
         return True
 
 
-_COUNT = Range(1, meaning="an integer >= 1")
-_PORT = Range(1, 65535, meaning="a TCP port, 1-65535")
-# Numeric options checked before any host, with no GPU facts needed: every one the memory planner
-# reads, the parallel sizes and the ports. Keyed by option name: sglang's ``dest`` for one option
-# differs between releases (tensor_parallel_size in 0.5.10, tp_size in 0.5.23).
-RANGES: dict[str, Range] = {
-    "tp-size": _COUNT,
-    "pp-size": _COUNT,
-    "dp-size": _COUNT,
-    "ep-size": _COUNT,
-    "nnodes": _COUNT,
-    "mem-fraction-static": Range(0, 1, True, True, meaning="a fraction between 0 and 1 (or auto)"),
-    "port": _PORT,
-    "nccl-port": _PORT,
-    "chunked-prefill-size": Range(1, also=(-1,), meaning="a token count >= 1, or -1 (no chunking)"),
-    "max-prefill-tokens": _COUNT,
-    "cuda-graph-max-bs": _COUNT,
-    "cuda-graph-bs": _COUNT,
-    "max-running-requests": _COUNT,
-    "max-total-tokens": _COUNT,
-    "page-size": _COUNT,
-    "context-length": _COUNT,
-}
+def _ranges() -> dict[str, Range]:
+    """Numeric options checked before any host, with no GPU facts needed: the flag table's rows with bounds (every one
+    the memory planner reads, the parallel sizes and the ports), under every spelling of every lane. Keyed by option
+    name: sglang's ``dest`` for one option differs between releases (tensor_parallel_size in 0.5.10, tp_size in 0.5.23)."""
+    ranges: dict[str, Range] = {}
+    for spec in flagtable.table().specs:
+        if spec.type == "fraction":
+            rule = Range(0, 1, True, True, meaning=spec.bounds())
+        elif spec.type in ("int", "ints") and spec.minimum is not None:
+            rule = Range(spec.minimum, spec.maximum, also=spec.also, meaning=spec.bounds())
+        else:
+            continue
+        ranges.update({name: rule for name in spec.spellings()})
+    return ranges
+
+
+RANGES: dict[str, Range] = _ranges()
 
 
 def _range_of(option: Option) -> Range | None:

@@ -1,10 +1,11 @@
 """The memory planner's inputs of one launch: the one road from what a host says to :class:`planner.PlanInputs`.
 
-``render`` and ``up`` (server.plan_for_flags, from the resolved host) and ``sglang-deploy plan`` (from an
+``render`` and ``up`` (server.plan_for_launch, from the resolved host) and ``sglang-deploy plan`` (from an
 inventory host, files and its own options) both call :func:`plan_inputs`, so they cannot disagree on what a
 key means or which source wins. Later sources win over earlier ones:
 
-  1. the launch's flags (tp, chunked prefill, graphs, running requests, the fraction, speculative algorithm);
+  1. the launch's typed flags (LaunchConfig.settings: tp, chunked prefill, graphs, running requests, the fraction,
+     speculative algorithm);
   2. what the model's shapes give (a known ``architecture``, or a ``config.json`` read by the caller):
      the KV cell, page size and memory terms for the lane's sglang;
   3. ``sglang_server_memory_plan`` (every key a planner input or one of ``PLAN_VAR_EXTRAS``; a typo is refused);
@@ -22,7 +23,7 @@ from typing import Any
 
 from sglang_deploy.memory import architectures, planner
 from sglang_deploy.lanes import LaneError, load_lane
-from sglang_deploy.launch import normalized_flags
+from sglang_deploy.launch.flagtable import LaunchSettings
 
 PLAN_VAR = "sglang_server_memory_plan"
 """The host variable holding planner inputs the launch flags do not carry (weights, cell size, ...)."""
@@ -35,8 +36,8 @@ PLAN_FIELDS = frozenset(planner.PlanInputs.__dataclass_fields__)
 class PlanSources:
     """Everything that says something about one launch's memory, as the caller read it."""
 
-    flags: Mapping[str, Any]
-    """The launch's flags (any spelling launch.normalized_flags takes)."""
+    launch: LaunchSettings
+    """The launch's typed flags (LaunchConfig.settings)."""
     lane: str
     """Whose sglang's rules the architecture's terms follow."""
     plan_vars: Mapping[str, Any] = field(default_factory=dict)
@@ -77,8 +78,7 @@ def plan_inputs(sources: PlanSources, *, no_memory_fix: str) -> tuple[planner.Pl
     (the caller's own way to give one)."""
     if not isinstance(sources.plan_vars, Mapping):
         raise planner.PlanError(f"{PLAN_VAR} must be a mapping, got {type(sources.plan_vars).__name__}")
-    flags = normalized_flags(sources.flags)
-    values = planner.inputs_from_flags(flags)
+    values = planner.inputs_from_settings(sources.launch)
     values.pop("kv_cache_dtype", None)  # architecture_inputs resolves it (auto, the checkpoint's, the lane's)
     notes: list[str] = []
     extra = dict(sources.plan_vars)
@@ -92,16 +92,22 @@ def plan_inputs(sources: PlanSources, *, no_memory_fix: str) -> tuple[planner.Pl
     if sources.sm_major is not None:
         sm_major = sources.sm_major
     config, architecture = _model_config(sources, declared_architecture)
+    try:
+        lane = load_lane(sources.lane)
+    except LaneError as err:
+        raise planner.PlanError(str(err)) from None
+    values["lane_rules"] = lane.planner
     if config is not None:
-        try:
-            version = load_lane(sources.lane).sglang
-        except LaneError as err:
-            raise planner.PlanError(str(err)) from None
         derived, derived_notes = planner.architecture_inputs(
-            config, flags, sm_major=sm_major, sglang_version=version, architecture=architecture
+            config, sources.launch, sm_major=sm_major, sglang_version=lane.sglang, architecture=architecture
         )
         values.update(derived)
-        notes += derived_notes + [f"rules of sglang {version} (lane {sources.lane})"]
+        notes += derived_notes + [f"rules of sglang {lane.sglang} (lane {sources.lane})"]
+        if lane.planner is not None and lane.planner.prefill_graphs_default and not sources.launch.disable_piecewise_cuda_graph:
+            notes.append(
+                f"sglang {lane.sglang} captures prefill CUDA graphs by default (not measured here: check the free memory "
+                f"after the first start, or set {sources.launch.name_of('disable_piecewise_cuda_graph')})"
+            )
     values.update(extra)
     values.update(sources.draft)
     if summary is not None:

@@ -83,12 +83,15 @@ the seeds' OOM) on top of the outside terms and rounds down to a step of 0.01.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sglang_deploy_host import checkpoint as inspector
+from sglang_deploy.lanes import DEFAULT_LANE, PlannerRules, load_lane
+from sglang_deploy.launch.flagtable import LaunchSettings
 from sglang_deploy.memory import architectures
 
 MIB = 1 << 20
@@ -407,17 +410,9 @@ def glm5_memory_terms(tp_size: int, dsa_attention: bool) -> MemoryTerms:
     return GLM5_TERMS_TP8_SEED
 
 
-def _flag(flags: Mapping[str, Any], *names: str) -> Any:
-    for name in names:
-        value = flags.get(name)
-        if value is not None and value is not False:
-            return value
-    return None
-
-
 def architecture_inputs(
     config: Mapping[str, Any],
-    flags: Mapping[str, Any],
+    launch: LaunchSettings,
     *,
     sm_major: int | None,
     sglang_version: str,
@@ -425,26 +420,25 @@ def architecture_inputs(
 ) -> tuple[dict[str, Any], list[str]]:
     """PlanInputs fields a launch of this model implies, and a note for each: the KV cell from the KV
     dtype, the DSA backends sglang will run and an EAGLE/MTP draft, the page size, the fp8 conversion of
-    flashinfer MLA, and (for a known ``architecture``) its measured memory terms. ``flags`` are the
-    launch's flags (names without dashes)."""
-    tp = int(_flag(flags, "tp-size", "tensor-parallel-size", "tp") or 1)
-    attention = _flag(flags, "attention-backend")
-    dtype = resolve_kv_cache_dtype(str(_flag(flags, "kv-cache-dtype") or "auto"), config, sm_major=sm_major)
+    flashinfer MLA, and (for a known ``architecture``) its measured memory terms, for ``launch`` (the typed flags,
+    LaunchConfig.settings)."""
+    tp = launch.tp
+    attention = launch.attention_backend
+    dtype = resolve_kv_cache_dtype(launch.kv_cache_dtype or "auto", config, sm_major=sm_major)
     backends = None
     notes: list[str] = []
     if _is_nsa(config):
         if sm_major is None:
             raise PlanError("a DSA model's KV layout depends on the GPU: give sm_major (12 for RTX PRO 6000 Blackwell)")
         backends = resolve_dsa_backends(
-            dtype, _flag(flags, "dsa-prefill-backend", "nsa-prefill-backend"),
-            _flag(flags, "dsa-decode-backend", "nsa-decode-backend"), sm_major=sm_major,
+            dtype, launch.dsa_prefill_backend, launch.dsa_decode_backend, sm_major=sm_major,
             sglang_version=sglang_version, architecture=_architectures(config)[0],
         )  # fmt: skip
         notes.append(f"DSA backends {backends.prefill}/{backends.decode} ({backends.why})")
     text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
     assert isinstance(text, Mapping)
     draft = 0
-    if _speculative(_flag(flags, "speculative-algorithm")):
+    if _speculative(launch.speculative_algorithm):
         # sglang: the draft's layers are num_nextn_predict_layers, or all of them when the config has none.
         draft = int(text.get("num_nextn_predict_layers") or _int(text, "num_hidden_layers"))
     cell = kv_cell(config, dtype, tp_size=tp, sm_major=sm_major, dsa_backends=backends, draft_layers=draft)
@@ -466,7 +460,7 @@ def architecture_inputs(
             f"{values['draft_embedding_gib_per_gpu']:.3f} GiB and eh_proj {values['draft_projection_gib_per_gpu']:.3f} "
             "GiB per GPU in BF16, loaded inside the fraction before the pool"
         )
-        unquantized = _unquantized_draft_layer_gib(text, tp) if _modelopt_fp4(config, flags) else None
+        unquantized = _unquantized_draft_layer_gib(text, tp) if _modelopt_fp4(config, launch) else None
         if unquantized is not None:
             values["draft_weights_gib_per_gpu"] = round(unquantized + values["draft_embedding_gib_per_gpu"], 4)
             notes.append(
@@ -501,9 +495,9 @@ def _draft_inputs(text: Mapping[str, Any], draft_layers: int, tp_size: int) -> d
     }
 
 
-def _modelopt_fp4(config: Mapping[str, Any], flags: Mapping[str, Any]) -> bool:
+def _modelopt_fp4(config: Mapping[str, Any], launch: LaunchSettings) -> bool:
     """The launch quantizes with ModelOpt FP4 (the flag, or the checkpoint's own quantization config)."""
-    if str(_flag(flags, "quantization") or "") == "modelopt_fp4":
+    if launch.quantization == "modelopt_fp4":
         return True
     quant = config.get("quantization_config")
     if isinstance(quant, Mapping):
@@ -573,27 +567,20 @@ def sglang_default_settings(
     enable_dp_attention: bool = False,
     dp_size: int = 1,
     speculative_algorithm: str | None = None,
+    lane_rules: PlannerRules | None = None,
 ) -> SglangDefaults:
-    """Reproduces sglang 0.5.10.post1 ``server_args.py:1141-1327`` for a CUDA device.
+    """Reproduces sglang 0.5.10.post1 ``server_args.py:1141-1327`` for a CUDA device; chunked prefill and the
+    decode graphs' batch by GPU memory from ``lane_rules`` (the lane's ``planner.graph_tiers``; None: the cu128
+    lane's, 0.5.10.post1's ``server_args.py:1165-1228``).
 
     ``gpu_memory_mib`` is ``nvidia-smi --query-gpu=memory.total`` (the minimum over GPUs,
     ``utils/common.py:1514-1544``). Not reproduced: the VLM adjustment (``:1332``, multimodal
     models only), the aiter scaling (``:2417``, AMD only) and the llama-2 piecewise cap (``:1271``).
+    The reserve behind sglang's own default fraction is 0.5.10.post1's in every lane (an estimate the plan shows
+    beside its own, not one it launches with).
     """
     gpu_mem = gpu_memory_mib
-    # server_args.py:1165-1228: chunked_prefill_size and cuda_graph_max_bs by GPU memory.
-    if gpu_mem is None:
-        tiers = (4096, 160)
-    elif gpu_mem < 20 * 1024:
-        tiers = (2048, 8)
-    elif gpu_mem < 35 * 1024:
-        tiers = (2048, 24 if tp_size < 4 else 80)
-    elif gpu_mem < 60 * 1024:
-        tiers = (4096, 32 if tp_size < 4 else 160)
-    elif gpu_mem < 160 * 1024:  # the 90-160 GiB tier repeats the 60-90 one
-        tiers = (8192, 256 if tp_size < 4 else 512)
-    else:
-        tiers = (16384, 512)
+    tiers = graph_tier(gpu_mem, tp_size, lane_rules)
     chunked = chunked_prefill_size if chunked_prefill_size is not None else tiers[0]
     max_bs = cuda_graph_max_bs if cuda_graph_max_bs is not None else tiers[1]
     if cuda_graph_bs:  # :1234-1235
@@ -628,6 +615,24 @@ def sglang_default_settings(
             reserved += 4 * 1024
     fraction = round((gpu_mem - reserved) / gpu_mem, 3) if gpu_mem is not None else 0.88
     return SglangDefaults(chunked, max_bs, fraction, reserved)
+
+
+def graph_tier(gpu_memory_mib: float | None, tp_size: int, lane_rules: PlannerRules | None = None) -> tuple[int, int]:
+    """(chunked-prefill-size, decode graphs' largest batch) the lane's sglang picks for this GPU and TP size."""
+    rules = lane_rules or _default_lane_rules()
+    if gpu_memory_mib is None:
+        return rules.graph_tiers_unknown
+    for tier in rules.graph_tiers:
+        if tier.below_gib is None or gpu_memory_mib < tier.below_gib * 1024:
+            return tier.chunked_prefill_size, tier.max_bs_small_tp if tp_size < 4 else tier.max_bs_large_tp
+    raise AssertionError("the lane's last graph tier has no bound")  # _parse_planner guarantees it
+
+
+@functools.lru_cache(maxsize=1)
+def _default_lane_rules() -> PlannerRules:
+    rules = load_lane(DEFAULT_LANE).planner
+    assert rules is not None, "the default lane carries its planner rules"
+    return rules
 
 
 def _piecewise_tokens(max_tokens: int) -> list[int]:
@@ -673,6 +678,9 @@ class PlanInputs:
     # The draft's graphs over the decode graphs' memory (MemoryTerms.speculative_graph_ratio); None:
     # sglang's own 4 GiB estimate (SPECULATIVE_RESERVE_MIB).
     speculative_graph_ratio: float | None = None
+    # The lane's sglang rules for the graphs (lanes/<lane>.yml `planner`; None: the default lane's): its tiers of
+    # chunked prefill and decode-graph batch, and whether the request pool caps an explicit graph batch too.
+    lane_rules: PlannerRules | None = None
     gpu_memory_used_mib: float = 0.0  # by other processes before the start (gpu facts)
     runtime_overhead_mib: float = SEED_RUNTIME_OVERHEAD_MIB
     graph_mib_per_bs: float = GRAPH_MIB_PER_BS
@@ -754,6 +762,7 @@ def plan(inputs: PlanInputs) -> Plan:
         enable_dp_attention=inputs.enable_dp_attention,
         dp_size=inputs.dp_size,
         speculative_algorithm=inputs.speculative_algorithm,
+        lane_rules=inputs.lane_rules,
     )
     graph_bs = _captured_max_bs(inputs, defaults.cuda_graph_max_bs)
     chunk = defaults.chunked_prefill_size if defaults.chunked_prefill_size > 0 else (
@@ -830,7 +839,7 @@ def plan(inputs: PlanInputs) -> Plan:
         free_after_start_mib=_r(free_after),
         breakdown_mib={k: round(v, 1) for k, v in breakdown.items()},
         inputs={
-            **asdict(inputs),
+            **{key: value for key, value in asdict(inputs).items() if key != "lane_rules"},
             "free_at_start_mib": round(free0, 1),
             "effective_chunked_prefill_size": chunk,
             "effective_cuda_graph_max_bs": graph_bs,
@@ -881,11 +890,14 @@ def conversion_note(pool_tokens: int) -> str:
 
 
 def _captured_max_bs(inputs: PlanInputs, server_max_bs: int) -> int:
-    """Largest batch CUDA graphs are captured for: capped by the request pool
-    (``cuda_graph_runner.py:454-480``), 0 with ``--disable-cuda-graph``."""
+    """Largest batch CUDA graphs are captured for, 0 with ``--disable-cuda-graph``: capped by the request pool
+    (0.5.10.post1 ``cuda_graph_runner.py:454-480``, whatever set the batch); in a lane whose sglang caps only its
+    own default (0.5.23 ``memory_hook.py:182-188``), an explicit batch is captured as asked."""
     if inputs.disable_cuda_graph:
         return 0
-    if inputs.max_running_requests is not None:
+    rules = inputs.lane_rules or _default_lane_rules()
+    explicit = inputs.cuda_graph_max_bs is not None or bool(inputs.cuda_graph_bs)
+    if inputs.max_running_requests is not None and (rules.running_requests_cap_explicit_bs or not explicit):
         return min(server_max_bs, inputs.max_running_requests)
     return server_max_bs
 
@@ -1059,62 +1071,22 @@ def _int(config: Mapping[str, Any], key: str) -> int:
 
 
 # -- launch flags ---------------------------------------------------------------------------------
-def inputs_from_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
-    """PlanInputs fields from a launch's flags (``LaunchConfig.to_dict()['flags']``: names without
-    dashes, values as strings / True / lists). Unknown or absent flags are left out."""
-
-    def get(*names: str) -> Any:
-        for name in names:
-            if name in flags and flags[name] is not None and flags[name] is not False:
-                return flags[name]
-        return None
-
-    def number(value: Any, kind: type, name: str) -> Any:
-        if value is None:
-            return None
-        text = str(value)
-        if "{{" in text or "{%" in text:
-            raise PlanError(
-                f"flag --{name} is a Jinja template ({text!r}) the planner cannot evaluate. "
-                f"Fix: pass --{name} on the command line"
-            )
-        try:
-            return kind(text)
-        except ValueError:
-            raise PlanError(f"flag --{name}={text!r} is not a {kind.__name__}") from None
-
-    out: dict[str, Any] = {}
-    pairs: list[tuple[str, tuple[str, ...], type]] = [
-        ("tp_size", ("tp-size", "tensor-parallel-size", "tp"), int),
-        ("pp_size", ("pp-size", "pipeline-parallel-size"), int),
-        ("dp_size", ("dp-size", "data-parallel-size"), int),
-        ("chunked_prefill_size", ("chunked-prefill-size",), int),
-        ("cuda_graph_max_bs", ("cuda-graph-max-bs", "cuda-graph-max-bs-decode"), int),
-        ("max_running_requests", ("max-running-requests",), int),
-        ("max_total_tokens", ("max-total-tokens",), int),
-        ("page_size", ("page-size",), int),
-    ]
-    for key, names, kind in pairs:
-        value = number(get(*names), kind, names[0])
-        if value is not None:
-            out[key] = value
-    fraction = get("mem-fraction-static")
-    if fraction is not None and str(fraction) != "auto":
-        out["mem_fraction_static"] = number(fraction, float, "mem-fraction-static")
-    bs = get("cuda-graph-bs")
-    if bs is not None:
-        values = bs if isinstance(bs, (list, tuple)) else str(bs).split()
-        out["cuda_graph_bs"] = tuple(number(v, int, "cuda-graph-bs") for v in values)
-    out["disable_cuda_graph"] = get("disable-cuda-graph") is True
-    out["enable_dp_attention"] = get("enable-dp-attention") is True
-    if get("disable-piecewise-cuda-graph") is True:
+def inputs_from_settings(launch: LaunchSettings) -> dict[str, Any]:
+    """PlanInputs fields from a launch's typed flags (LaunchConfig.settings: the flag table's ``planner: reads``
+    rows, and the fraction it owns when it is a number). Unset flags are left out."""
+    values = launch.planner_inputs()
+    out: dict[str, Any] = {
+        key: values[key]
+        for key in ("tp_size", "pp_size", "dp_size", "chunked_prefill_size", "cuda_graph_max_bs", "max_running_requests",
+                    "max_total_tokens", "page_size", "cuda_graph_bs", "speculative_algorithm", "kv_cache_dtype")
+        if key in values
+    }  # fmt: skip
+    if not launch.fraction_is_placeholder and launch.mem_fraction_static is not None:
+        out["mem_fraction_static"] = float(launch.mem_fraction_static)
+    out["disable_cuda_graph"] = launch.disable_cuda_graph
+    out["enable_dp_attention"] = launch.enable_dp_attention
+    if launch.disable_piecewise_cuda_graph:
         out["piecewise_cuda_graph"] = False
-    spec = get("speculative-algorithm")
-    if spec is not None:
-        out["speculative_algorithm"] = str(spec)
-    kv_dtype = get("kv-cache-dtype")
-    if kv_dtype is not None:
-        out["kv_cache_dtype"] = str(kv_dtype)
     return out
 
 

@@ -14,6 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_deploy.launch import flagtable
+from sglang_deploy.launch.flagtable import LaunchSettings
+
 GIB_MIB = 1024.0
 
 # The first match of each (None when the start did not get that far).
@@ -142,10 +145,10 @@ def _value(raw: str) -> Any:
     return float(raw) if "." in raw else int(raw)
 
 
-def launch_flags(args: dict[str, Any]) -> dict[str, Any]:
-    """ServerArgs fields as the launch flags the planner reads (``tp_size`` -> ``tp-size``; unset
-    ones left out; sglang's resolved ``dsa`` attention backend means "none given")."""
+def launch_settings(args: dict[str, Any], lane: str) -> LaunchSettings:
+    """ServerArgs fields as the typed launch the planner reads (the flag table's rows; ``tp_size`` is ``tp-size``,
+    unset ones left out; sglang's resolved ``dsa`` attention backend means "none given")."""
     flags = {name.replace("_", "-"): value for name, value in args.items() if value is not None and value is not False}
     if flags.get("attention-backend") in ("dsa", "nsa"):
         flags.pop("attention-backend")
-    return flags
+    return flagtable.settings_of(flags, lane, variable="ServerArgs")

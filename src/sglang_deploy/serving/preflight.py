@@ -123,8 +123,7 @@ def _p2p_not_ok(facts: GpuFacts, tp: int) -> tuple[set[int], list[str]]:
 
 
 def _lacks_custom_all_reduce_off(launch: LaunchConfig) -> bool:
-    flag = launch.flag(CUSTOM_ALL_REDUCE_FLAG)
-    return flag is None or flag.value is not True
+    return not launch.settings.disable_custom_all_reduce
 
 
 def _disk_at(facts: GpuFacts, path: str) -> Disk | None:

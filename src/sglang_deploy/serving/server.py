@@ -33,16 +33,17 @@ from typing import Any
 
 from sglang_deploy_host import endpoint, gpufacts, quality, systemd
 from sglang_deploy_host import watchdog as host_watchdog
-from sglang_deploy.launch import checkpoints, fp4_gemm
+from sglang_deploy.launch import checkpoints, fp4_gemm, lane_rules
+from sglang_deploy.launch import flagtable
+from sglang_deploy.launch.flagtable import LaunchSettings
 from sglang_deploy.memory import planner
 from sglang_deploy.serving import jitcache, preflight, tls
 from sglang_deploy.memory.plan_inputs import PLAN_VAR, PlanSources, plan_inputs
-from sglang_deploy.lanes import Lane, LaneError, load_lane
+from sglang_deploy.lanes import DEFAULT_LANE, Lane, LaneError, load_lane
 from sglang_deploy.playbook import resolution
 from sglang_deploy.launch import (
     LaunchConfig,
     LaunchConfigError,
-    flag_key,
     flag_name,
     merge_flags,
     normalized_flags,
@@ -203,7 +204,7 @@ def _resolve(
     unit["restart_marker"] = f"{unit['config_dir']}/{unit['name']}.restart-pending"
     secret_env = _secret_env(inputs)
     # 1. the flags and environment as the inventory gives them
-    flags = inventory_flags(inputs.flags, inputs.profile, inputs.profiles, inputs.flags_override)
+    flags = inventory_flags(inputs.flags, inputs.profile, inputs.profiles, inputs.flags_override, inputs.lane)
     env = merge_flags(inputs.env, inputs.env_override, variable="sglang_server_env")
     # The JIT caches on the kept disk, under their key; the inventory's environment goes over them.
     cache_inputs = dict(inputs.jit_cache or {})
@@ -220,50 +221,49 @@ def _resolve(
         env = merge_flags(jit_cache["environment"], env, variable="sglang_server_env")
         if jit_cache["root"] not in unit["read_write_paths"]:
             unit["read_write_paths"] = [*unit["read_write_paths"], jit_cache["root"]]
+    # The launch, built once: each flag in the lane's spelling, typed by the flag table; what follows amends it.
+    config = LaunchConfig.from_vars(
+        flags, python=inputs.python, env=env, secret_env_names=secret_env, lane=inputs.lane,
+        launcher=f"{unit['libexec_dir']}/sglang_launcher.py",
+    )  # fmt: skip
     # 2. GPUs without peer-to-peer
     adjustments: dict[str, dict[str, Any]] = {"flags": {}, "env": {}}
     if inputs.p2p_adjust and facts is not None and facts.get("nvidia_smi_found", True):
-        before = LaunchConfig.from_vars(flags, python=inputs.python, env=env, secret_env_names=secret_env)
-        adjustments = preflight.p2p_adjustments(gpufacts.GpuFacts.from_dict(facts), before)
-        flags = merge_flags(flags, adjustments["flags"])
-        env = merge_flags(env, adjustments["env"], variable="sglang_server_env")
-    # The checkpoint and the GPU's kernels: a launch they cannot serve is refused here, before the memory plan.
-    before = LaunchConfig.from_vars(flags, python=inputs.python, env=env, secret_env_names=secret_env)
-    verdict, warnings, draft = _judge_checkpoint(inputs, before, checkpoint)
+        adjustments = preflight.p2p_adjustments(gpufacts.GpuFacts.from_dict(facts), config)
+        config = config.amended(flags=adjustments["flags"], env=adjustments["env"])
+    # The checkpoint, the GPU's kernels and the lane's rules: a launch they cannot serve is refused here, before the
+    # memory plan.
+    lane = _lane(inputs.lane)
+    sm_major = planner.gpu_facts_summary(facts).get("sm_major") if facts else (inputs.memory_plan or {}).get("sm_major")
+    verdict, warnings, draft = _judge_checkpoint(inputs, config, checkpoint)
     quantization = verdict.inspection.quantization if verdict is not None and verdict.inspection is not None else None
-    if fp4_gemm.runs_fp4_gemms(before, quantization):
-        sm_major = planner.gpu_facts_summary(facts).get("sm_major") if facts else (inputs.memory_plan or {}).get("sm_major")
-        problem = fp4_gemm.problem(_lane(inputs.lane), before, sm_major)
-        if problem:
-            raise LaunchConfigError(problem)
+    architecture = (inputs.memory_plan or {}).get("architecture")
+    problem = lane_rules.problem(lane, config.settings, sm_major, architecture=str(architecture) if architecture else None)
+    if problem is None and fp4_gemm.runs_fp4_gemms(config, quantization):
+        problem = fp4_gemm.problem(lane, config, sm_major)
+    if problem:
+        raise LaunchConfigError(problem)
     # 3. the memory plan
     pending: list[str] = []
-    plan = _memory_plan(inputs, flags, facts, pending, draft)
+    plan = _memory_plan(inputs, config, facts, pending, draft)
     # 4. the role's own additions
     additions: dict[str, Any] = {}
     if inputs.api_key:
         additions["api-key"] = {"env": API_KEY_ENV}
-    served_tls = _tls(inputs, flags)
+    served_tls = _tls(inputs, config)
     if served_tls:
         additions.update({flag: served_tls[kind] for kind, flag in TLS_FLAGS.items()})
-    if plan is not None and str(plan["requested"]) == "auto":
-        # Under the key the inventory spelled it with (mem_fraction_static too), replacing `auto`.
-        additions[flag_key(flags, "mem-fraction-static")] = plan["mem_fraction_static"]
-    flags = merge_flags(flags, additions)
+    if plan is not None and config.settings.fraction_is_placeholder:
+        # Under the name the launch spells it with (mem_fraction_static too), replacing `auto`.
+        additions[config.settings.name_of("mem_fraction_static")] = plan["mem_fraction_static"]
     # 5. the launch, its exposure, the endpoint
-    config = LaunchConfig.from_vars(
-        flags,
-        python=inputs.python,
-        env=env,
-        secret_env_names=secret_env,
-        launcher=f"{unit['libexec_dir']}/sglang_launcher.py",
-    )
+    config = config.amended(flags=additions)
     problem = config.exposure_problem(allow_unauthenticated=bool(inputs.allow_unauthenticated))
     if problem:
         raise LaunchConfigError(problem)
     launch = config.to_dict()
-    unit["requires_mounts_for"] = _requires_mounts_for(launch["flags"], jit_cache)
-    served = _endpoint(inputs, launch["flags"], host)
+    unit["requires_mounts_for"] = _requires_mounts_for(config.settings, jit_cache)
+    served = _endpoint(inputs, config.settings, launch["flags"], host)
     if served_tls:
         # The names its clients verify: the host's own checks reach it on the bound or loopback address, sglang's
         # warmup on ServerArgs.url()'s (::1 for "::"), routers and Prometheus on the worker URL's host.
@@ -321,14 +321,17 @@ TLS_FLAGS = {"certfile": "ssl-certfile", "keyfile": "ssl-keyfile", "cafile": "ss
 TLS_FILE_NAMES = {"certfile": "server.crt", "keyfile": "server.key", "cafile": "ca.crt"}
 
 
-def _tls(inputs: ServerInputs, flags: Mapping[str, Any]) -> dict[str, Any]:
+def _tls(inputs: ServerInputs, config: LaunchConfig) -> dict[str, Any]:
     """TLS from the inventory's files: the host's paths (``certfile``, ``keyfile``, ``cafile``, ``dir``) and the
     control node's (``source``); ``{}`` when no file is set. Their content is judged by the validate play
     (tls.judge, which needs the files themselves), before any host changes."""
     values = dict(inputs.tls or {})
     source = {kind: str(values.get(kind) or "") for kind in tls.VARIABLES}
-    set_flags = {flag_name(key) for key, value in flags.items() if value is not None and value is not False}
-    given = [flag for flag in (*TLS_FLAGS.values(), "ssl-keyfile-password", "enable-ssl-refresh") if flag in set_flags]
+    launch = config.settings
+    given = [
+        launch.name_of(name) for name in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs", "ssl_keyfile_password", "enable_ssl_refresh")
+        if getattr(launch, name) not in (None, False)
+    ]  # fmt: skip
     if given:
         raise LaunchConfigError(
             f"{_origin(inputs, given[0])} sets --{given[0]}: the role serves TLS itself. Fix: remove it and set "
@@ -423,17 +426,19 @@ def _checkpoint_summary(verdict: checkpoints.Verdict | None) -> dict[str, Any]:
 def model_path(inputs: ServerInputs) -> str:
     """The directory the server loads (``--model-path``/``--model``) as the inventory gives it, "" when it is
     not a plain path (the hub id of a model sglang downloads itself, a value from the environment)."""
-    flags = inventory_flags(inputs.flags, inputs.profile, inputs.profiles, inputs.flags_override)
-    names = ("model-path", "model")
-    value = next((v for k, v in flags.items() if flag_name(k) in names and v not in (None, False)), None)
-    return value if isinstance(value, str) and value.startswith("/") else ""
+    flags = inventory_flags(inputs.flags, inputs.profile, inputs.profiles, inputs.flags_override, inputs.lane)
+    try:
+        value = flagtable.settings_of(normalized_flags(flags), inputs.lane).model_path
+    except flagtable.FlagTableError:
+        return ""  # the resolve that follows names what is wrong with the flags
+    return value if value is not None and value.startswith("/") else ""
 
 
-def _requires_mounts_for(flags: Mapping[str, Any], jit_cache: Mapping[str, Any]) -> list[str]:
+def _requires_mounts_for(launch: LaunchSettings, jit_cache: Mapping[str, Any]) -> list[str]:
     """What the unit waits for (``RequiresMountsFor=``): the model's directory and the kept caches' disk (the
     ml-env's venv is there too when the store is on it), so a weights disk that did not mount (it is ``nofail``)
     stops the unit with the mount's name instead of a load that cannot find its files."""
-    paths = [flags.get(flag_key(flags, name)) for name in ("model-path", "model")]  # sglang's two spellings
+    paths: list[Any] = [launch.model_path]
     paths += [jit_cache["root"]] if jit_cache else []
     kept: list[str] = []
     for path in paths:
@@ -450,10 +455,11 @@ def inventory_flags(
     profile: str | None,
     profiles: Mapping[str, Any] | None,
     flags_override: Mapping[str, Any] | None,
+    lane: str = DEFAULT_LANE,
 ) -> dict[str, Any]:
-    """Step 1 alone: ``sglang_server_flags``, the launch profile's changes, then the override (what
-    ``sglang-deploy plan -i`` reads from an inventory without a host to ask)."""
-    return merge_flags(profile_flags(flags, profile or "", profiles), flags_override)
+    """Step 1 alone: ``sglang_server_flags``, the launch profile's changes (with its changes for ``lane``), then the
+    override (what ``sglang-deploy plan -i`` reads from an inventory without a host to ask)."""
+    return merge_flags(profile_flags(flags, profile or "", profiles, lane), flags_override)
 
 
 def secrets(inputs: ServerInputs) -> dict[str, str]:
@@ -482,7 +488,7 @@ def _secret_env(inputs: ServerInputs) -> list[str]:
 
 def _memory_plan(
     inputs: ServerInputs,
-    flags: Mapping[str, Any],
+    config: LaunchConfig,
     facts: Mapping[str, Any] | None,
     pending: list[str],
     draft: Mapping[str, float],
@@ -490,18 +496,18 @@ def _memory_plan(
     """The planner's verdict on --mem-fraction-static, or None when there is nothing to judge (the
     flag is absent, or an explicit fraction without GPU facts or ``gpu_memory_mib``)."""
     plan_vars = dict(inputs.memory_plan or {})
-    requested = flags.get(flag_key(flags, "mem-fraction-static"))
-    if requested is None or requested is False:
+    requested = config.settings.mem_fraction_static
+    if requested is None:
         return None
     if facts is None and "gpu_memory_mib" not in plan_vars:
-        if str(requested) == "auto":
+        if config.settings.fraction_is_placeholder:
             pending.append(
                 "mem-fraction-static auto needs the host's GPU facts (a driver) or "
                 "sglang_server_memory_plan.gpu_memory_mib"
             )
         return None
     try:
-        result = plan_for_flags(flags, gpu_facts=facts, plan_vars=plan_vars, lane=inputs.lane, draft=draft)
+        result = plan_for_launch(config.settings, gpu_facts=facts, plan_vars=plan_vars, draft=draft)
     except planner.PlanError as err:
         raise planner.PlanError(f"memory plan: {err}") from None
     if result["safe"] is False and not inputs.mem_fraction_unsafe_ok:
@@ -513,25 +519,24 @@ def _memory_plan(
     return result
 
 
-def plan_for_flags(
-    flags: Mapping[str, Any],
+def plan_for_launch(
+    launch: LaunchSettings,
     *,
     gpu_facts: Mapping[str, Any] | None,
     plan_vars: Mapping[str, Any] | None,
-    lane: str,
     count_used_memory: bool = False,
     draft: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """The memory plan for a host's merged launch flags; its inputs come the one road ``plan`` takes too
-    (plan_inputs.py: the flags, ``sglang_server_memory_plan`` with its ``architecture``, the inspected
-    ``draft``, the GPU facts).
+    """The memory plan for a host's launch (its typed flags, rendered for their lane); its inputs come the one road
+    ``plan`` takes too (plan_inputs.py: the flags, ``sglang_server_memory_plan`` with its ``architecture``, the
+    inspected ``draft``, the GPU facts).
 
     Returns ``Plan.to_dict()`` plus ``requested`` (the flag as given), ``explanation`` and
     ``mem_fraction_static`` (the number to launch with: the recommendation for ``auto``).
     """
-    requested = normalized_flags(flags).get("mem-fraction-static")
+    requested = launch.mem_fraction_static
     sources = PlanSources(
-        flags=flags, lane=lane, plan_vars=plan_vars or {}, gpu_facts=gpu_facts,
+        launch=launch, lane=launch.lane, plan_vars=plan_vars or {}, gpu_facts=gpu_facts,
         count_used_memory=count_used_memory, draft=draft or {},
     )  # fmt: skip
     inputs, _notes = plan_inputs(
@@ -546,12 +551,12 @@ def plan_for_flags(
     return out
 
 
-def _endpoint(inputs: ServerInputs, flags: Mapping[str, Any], host: str) -> Endpoint:
-    """From the canonical flags (names as launch.py normalizes them); https:// URLs when they serve TLS
-    (``--ssl-certfile``: endpoint.serves_tls, as every client decides it)."""
-    bind = str(flags.get("host", endpoint.DEFAULT_BIND_HOST))
+def _endpoint(inputs: ServerInputs, launch: LaunchSettings, flags: Mapping[str, Any], host: str) -> Endpoint:
+    """From the typed launch; https:// URLs when it serves TLS (``--ssl-certfile`` in the rendered ``flags``:
+    endpoint.serves_tls, as every client on the host decides it)."""
+    bind = launch.host if launch.host is not None else endpoint.DEFAULT_BIND_HOST
     try:
-        port = endpoint.port_number(flags.get("port", endpoint.DEFAULT_PORT), "sglang_server_flags['port']")
+        port = endpoint.port_number(launch.port if launch.port is not None else endpoint.DEFAULT_PORT, "sglang_server_flags['port']")
     except ValueError as err:
         raise LaunchConfigError(str(err)) from None
     served_tls = endpoint.serves_tls(flags)

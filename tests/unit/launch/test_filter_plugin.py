@@ -26,7 +26,10 @@ def test_resolve_errors_name_the_host() -> None:
     with pytest.raises(AnsibleFilterError, match=r"^host h1: the server binds 0.0.0.0:8000"):
         plugin.sglang_server_resolve(inputs(api_key=""), host="h1")
     with pytest.raises(AnsibleFilterError, match=r"^host gpu-07: sglang_server_flags: 'tp-size'"):
-        plugin.sglang_server_resolve(inputs(flags_override={"tp": 8}), host="gpu-07")
+        plugin.sglang_server_resolve(inputs(flags_override={"tp": 8, "tp_size": 8}), host="gpu-07")
+    # The override's other spelling replaces the flag (the table knows them one flag), rendered in full.
+    resolved = plugin.sglang_server_resolve(inputs(flags_override={"tp": 4}), host="gpu-07")
+    assert resolved["flags"]["tp-size"] == "4" and "tp" not in resolved["flags"]
     with pytest.raises(AnsibleFilterError, match=r"^host gpu-07: unknown server inputs"):
         plugin.sglang_server_resolve({**inputs(), "typo": 1}, host="gpu-07")
 

@@ -88,8 +88,6 @@ def test_false_is_no_flag_value_for_the_server_or_the_router(value: bool) -> Non
 def test_every_spelling_of_a_flag_is_one_name(raw: str, name: str) -> None:
     assert launch.flag_name(raw) == name
     assert launch.normalized_flags({raw: 1}) == {name: 1}
-    assert launch.flag_key({raw: 1}, name) == raw  # the key as the inventory spells it
-    assert launch.flag_key({"other": 1}, name) == name
 
 
 def test_the_later_spelling_of_one_flag_wins_and_a_group_is_set_once() -> None:
@@ -100,17 +98,16 @@ def test_the_later_spelling_of_one_flag_wins_and_a_group_is_set_once() -> None:
         launch.LaunchConfig.from_vars({"expert_parallel_size": 8, "--ep_size": 8}, python="/py")
 
 
-def test_a_flag_looked_up_by_any_spelling_or_alias_is_found() -> None:
+def test_a_flag_written_in_any_spelling_or_alias_is_read_as_its_typed_field() -> None:
     config = launch.LaunchConfig.from_vars(
         {"--speculative_algorithm": "EAGLE", "tp": 8, "mem_fraction_static": 0.9, "ep": 8}, python="/py"
     )
-    for spelling in ("speculative-algorithm", "speculative_algorithm", "--speculative_algorithm", "--speculative-algorithm"):
-        found = config.flag(spelling)
-        assert found is not None and (found.name, found.value) == ("speculative-algorithm", "EAGLE"), spelling
-    for spelling in ("tp-size", "tp_size", "tensor-parallel-size", "tensor_parallel_size", "--tp"):
-        assert config.flag(spelling) is not None and config.flag(spelling).value == "8", spelling  # type: ignore[union-attr]
-    assert config.tp_size == 8
-    assert config.flag("expert_parallel_size").value == "8"  # type: ignore[union-attr]
-    assert config.flag("mem-fraction-static").value == "0.9"  # type: ignore[union-attr]
-    assert config.flag("speculative-num-steps") is None and config.flag("speculative") is None
+    typed = config.settings
+    assert (typed.speculative_algorithm, typed.tp_size, typed.ep_size, typed.mem_fraction_static) == ("EAGLE", 8, 8, 0.9)
+    assert typed.speculative_num_steps is None and config.tp_size == 8
+    for spelling in ("tp-size", "tensor-parallel-size", "tp"):
+        assert launch.TABLE.spec(launch.flag_name(spelling)) is launch.TABLE.spec("tp-size"), spelling
+    for raw, value in (("tensor_parallel_size", 4), ("--tp-size", 2)):
+        assert launch.LaunchConfig.from_vars({raw: value}, python="/py").settings.tp_size == value
+    assert launch.TABLE.spec("speculative") is None  # no prefix lookup: the parser judges abbreviations
     assert config.flag_argv()[:2] == ["--speculative-algorithm", "EAGLE"] and "--tp-size" in config.flag_argv()

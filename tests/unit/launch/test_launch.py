@@ -6,6 +6,7 @@ import pytest
 from conftest import PROFILE_ADDED_ENV, SEED_004_ENV, profile_flags
 
 from sglang_deploy.launch import DEFAULT_LAUNCHER, EnvRef, LaunchConfig, LaunchConfigError
+from sglang_deploy.launch.flagtable import SecretRef
 
 PY = "/opt/sglang-deploy/ml-env/bin/python3"
 
@@ -50,7 +51,7 @@ def test_values_are_rendered_as_sglang_expects():
         "--override-args", '{"a":1,"b":"x"}',
         "--api-key", "${SGLANG_API_KEY}",
     ]  # fmt: skip
-    assert launch.flag("api-key").value == EnvRef("SGLANG_API_KEY")
+    assert launch.settings.api_key == SecretRef("SGLANG_API_KEY")
 
 
 def test_secrets_from_the_environment_never_enter_argv_or_the_unit():
@@ -177,14 +178,15 @@ def test_a_profile_is_merged_between_the_flags_and_the_override(profile):
     assert merged_profile(flags, "seed-004", profiles["sglang_server_profiles"]) == flags
     assert merged_profile(flags, "", profiles["sglang_server_profiles"]) == flags
     tuned = config(flags, profile="tuned-mtp", profiles=profiles["sglang_server_profiles"], flags_override={"port": 9000})
-    assert tuned.flag("kv-cache-dtype").value == "bfloat16" and tuned.flag("speculative-algorithm").value == "EAGLE"
-    assert tuned.flag("mem-fraction-static").value == "auto" and tuned.flag("port").value == "9000"
-    assert tuned.flag("nsa-decode-backend").value == "trtllm"  # what the profile does not change stays
+    typed = tuned.settings
+    assert typed.kv_cache_dtype == "bfloat16" and typed.speculative_algorithm == "EAGLE"
+    assert typed.mem_fraction_static == "auto" and typed.port == 9000
+    assert typed.dsa_decode_backend == "trtllm"  # what the profile does not change stays
     # The order on the command line is the flags' own; new flags come last.
     names = [f.name for f in tuned.flags]
     assert names.index("kv-cache-dtype") < names.index("quantization") < names.index("speculative-algorithm")
     removed = config(flags, profile="p", profiles={"p": {"enable-metrics": None}})
-    assert removed.flag("enable-metrics") is None
+    assert removed.settings.enable_metrics is False
 
 
 @pytest.mark.parametrize(("name", "profiles", "message"), [

@@ -18,6 +18,7 @@ import pytest
 from conftest import ROOT
 
 from sglang_deploy import bench
+from sglang_deploy.launch import LaunchConfig
 from sglang_deploy.memory import architectures, planner, startlog
 from sglang_deploy.observe import doctor
 
@@ -209,8 +210,9 @@ def _box_plan(fraction: object, flags: dict[str, object], max_running: int = 64)
     launch = {"tp-size": 8, "attention-backend": "flashinfer", "nsa-prefill-backend": "trtllm",
               "nsa-decode-backend": "trtllm", "max-running-requests": max_running, "quantization": "modelopt_fp4",
               **flags}  # fmt: skip
-    derived, _ = planner.architecture_inputs(GLM5_CONFIG, launch, sm_major=12, sglang_version="0.5.10.post1", architecture="glm-5")
-    values = {**planner.inputs_from_flags(launch), **derived}
+    typed = LaunchConfig.from_vars(launch, python="/py").settings
+    derived, _ = planner.architecture_inputs(GLM5_CONFIG, typed, sm_major=12, sglang_version="0.5.10.post1", architecture="glm-5")
+    values = {**planner.inputs_from_settings(typed), **derived}
     values.pop("kv_cache_dtype", None)
     values.update(gpu_memory_mib=97_887, weights_gib_per_gpu=planner.SEED_WEIGHTS_GIB_PER_GPU)
     values["mem_fraction_static"] = None if fraction == "auto" else fraction
@@ -312,7 +314,8 @@ def test_a_graph_cap_below_the_concurrency_decodes_64_requests_without_graphs() 
 def _draft_weights(config: dict, quantization: str | None) -> float | None:
     launch = {"tp-size": 8, "speculative-algorithm": "EAGLE", "kv-cache-dtype": "bfloat16",
               **({"quantization": quantization} if quantization else {})}  # fmt: skip
-    derived, _ = planner.architecture_inputs(config, launch, sm_major=12, sglang_version="0.5.10.post1", architecture="glm-5")
+    typed = LaunchConfig.from_vars(launch, python="/py").settings
+    derived, _ = planner.architecture_inputs(config, typed, sm_major=12, sglang_version="0.5.10.post1", architecture="glm-5")
     return derived.get("draft_weights_gib_per_gpu")
 
 

@@ -18,6 +18,7 @@ import yaml
 from conftest import ROOT
 
 from sglang_deploy import cli
+from sglang_deploy.launch import LaunchConfig
 from sglang_deploy.memory.plan_inputs import PlanSources, plan_inputs
 from sglang_deploy.memory.planner import PlanError
 
@@ -132,6 +133,8 @@ def test_plan_and_render_launch_the_same_auto_fraction(tmp_path: Path) -> None:
 
 GLM5_BOX = {"architecture": "glm-5", "gpu_memory_mib": 97887, "sm_major": 12, "weights_gib_per_gpu": 60.95}
 TUNED_FLAGS = {"tp-size": 8, "mem-fraction-static": "auto", "kv-cache-dtype": "auto", "quantization": "modelopt_fp4"}
+# The typed launch the road reads (LaunchConfig.settings), as render and up build it.
+TUNED = LaunchConfig.from_vars(TUNED_FLAGS, python="/py").settings
 
 
 def _facts(total_mib: int, used_mib: int = 0, cap: str = "12.0") -> dict[str, object]:
@@ -141,7 +144,7 @@ def _facts(total_mib: int, used_mib: int = 0, cap: str = "12.0") -> dict[str, ob
 
 def test_later_sources_win_in_the_documented_order() -> None:
     """flags < architecture < sglang_server_memory_plan < draft < GPU facts < overrides."""
-    road = PlanSources(flags=TUNED_FLAGS, lane="cu128", plan_vars={**GLM5_BOX, "page_size": 32})
+    road = PlanSources(launch=TUNED, lane="cu128", plan_vars={**GLM5_BOX, "page_size": 32})
     inputs, notes = plan_inputs(road, no_memory_fix="x")
     assert inputs.page_size == 32 and inputs.gpu_memory_mib == 97887 and inputs.tp_size == 8  # the plan var's page
     assert any("rules of sglang" in note for note in notes)
@@ -159,20 +162,20 @@ def test_later_sources_win_in_the_documented_order() -> None:
 
 def test_the_road_refuses_what_it_cannot_read() -> None:
     with pytest.raises(PlanError, match=r"sglang_server_memory_plan has unknown keys \['page_sise'\] \(page_sise: did you mean page_size\?\)"):
-        plan_inputs(PlanSources(flags=TUNED_FLAGS, lane="cu128", plan_vars={**GLM5_BOX, "page_sise": 1}), no_memory_fix="x")
+        plan_inputs(PlanSources(launch=TUNED, lane="cu128", plan_vars={**GLM5_BOX, "page_sise": 1}), no_memory_fix="x")
     with pytest.raises(PlanError, match=r"^sglang_server_memory_plan.architecture: unknown architecture 'glm-4'"):
-        plan_inputs(PlanSources(flags=TUNED_FLAGS, lane="cu128", plan_vars={"architecture": "glm-4"}), no_memory_fix="x")
+        plan_inputs(PlanSources(launch=TUNED, lane="cu128", plan_vars={"architecture": "glm-4"}), no_memory_fix="x")
     with pytest.raises(PlanError, match=r"^--architecture: unknown architecture 'glm-4'"):
-        plan_inputs(PlanSources(flags=TUNED_FLAGS, lane="cu128", architecture="glm-4"), no_memory_fix="x")
+        plan_inputs(PlanSources(launch=TUNED, lane="cu128", architecture="glm-4"), no_memory_fix="x")
     with pytest.raises(PlanError, match=r"^no GPU memory size\. Fix: set it$"):
-        plan_inputs(PlanSources(flags=TUNED_FLAGS, lane="cu128", plan_vars={"architecture": "glm-5", "sm_major": 12}), no_memory_fix="set it")
+        plan_inputs(PlanSources(launch=TUNED, lane="cu128", plan_vars={"architecture": "glm-5", "sm_major": 12}), no_memory_fix="set it")
     with pytest.raises(PlanError, match="lane"):
-        plan_inputs(PlanSources(flags=TUNED_FLAGS, lane="cu999", plan_vars=GLM5_BOX), no_memory_fix="x")
+        plan_inputs(PlanSources(launch=TUNED, lane="cu999", plan_vars=GLM5_BOX), no_memory_fix="x")
 
 
 def test_a_key_no_planner_input_has_is_a_plan_error_not_a_crash() -> None:
     """An override (the CLI's, the role's) naming no PlanInputs field is one PlanError, as a typo in the plan
     variable is - never a TypeError's traceback."""
-    road = PlanSources(flags=TUNED_FLAGS, lane="cu128", plan_vars=GLM5_BOX, overrides={"gpu_memory_mb": 80000.0})
+    road = PlanSources(launch=TUNED, lane="cu128", plan_vars=GLM5_BOX, overrides={"gpu_memory_mb": 80000.0})
     with pytest.raises(PlanError, match="gpu_memory_mb"):
         plan_inputs(road, no_memory_fix="x")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_deploy.launch import LaunchConfig, LaunchConfigError
 from sglang_deploy.memory import planner
 from sglang_deploy.commands import plan as plan_command
 from sglang_deploy.memory.planner import PlanInputs, kv_cell, plan, sglang_default_settings
@@ -307,13 +308,14 @@ def test_weights_from_a_safetensors_index() -> None:
 
 
 def test_inputs_from_the_seed_profile_flags(profile: dict) -> None:
-    values = planner.inputs_from_flags(profile["sglang_server_flags"])
+    values = planner.inputs_from_settings(LaunchConfig.from_vars(profile["sglang_server_flags"], python="/py").settings)
     assert values["tp_size"] == 8 and values["mem_fraction_static"] == 0.92
     assert values["max_running_requests"] == 64 and values["kv_cache_dtype"] == "auto"
     assert values["disable_cuda_graph"] is False
-    assert "mem_fraction_static" not in planner.inputs_from_flags({"mem-fraction-static": "auto"})
-    with pytest.raises(planner.PlanError, match="Jinja template"):
-        planner.inputs_from_flags({"tp-size": "{{ gpu_count }}"})
+    auto = LaunchConfig.from_vars({"mem-fraction-static": "auto"}, python="/py").settings
+    assert "mem_fraction_static" not in planner.inputs_from_settings(auto)
+    with pytest.raises(LaunchConfigError, match="Jinja template"):
+        LaunchConfig.from_vars({"tp-size": "{{ gpu_count }}"}, python="/py")
 
 
 def test_gpu_facts_summary_takes_the_smallest_gpu_and_the_busiest() -> None:
@@ -491,7 +493,8 @@ def test_doctor_filter_reads_a_journal_text() -> None:
     from sglang_deploy.serving import server
 
     with pytest.raises(planner.PlanError, match="no GPU memory size"):
-        server.plan_for_flags({"mem-fraction-static": "auto"}, gpu_facts=None, plan_vars={}, lane="cu128")
+        launch = LaunchConfig.from_vars({"mem-fraction-static": "auto"}, python="/py").settings
+        server.plan_for_launch(launch, gpu_facts=None, plan_vars={})
 
 
 def test_plan_takes_gpu_memory_and_sm_from_gpu_facts(tmp_path: Path) -> None:

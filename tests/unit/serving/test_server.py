@@ -214,3 +214,29 @@ def test_a_host_name_bind_needs_the_watchdog_off() -> None:
     with pytest.raises(server.ResolveError, match="binds the host name 'gpu-box'.*sglang_server_watchdog_enabled: false"):
         resolve(flags_override={"host": "gpu-box"})
     assert resolve(flags_override={"host": "gpu-box"}, watchdog={**WATCHDOG, "enabled": False})["watchdog"]["enabled"] is False
+
+
+def test_a_resolve_builds_the_launch_once_and_amends_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LaunchConfig.from_vars runs once per resolve (the inventory's flags, in the lane's spelling); the P2P
+    adjustment and the role's additions amend that launch, parsing only what they change."""
+    from sglang_deploy.launch import LaunchConfig
+
+    built: list[str] = []
+    amended: list[list[str]] = []
+    original_build, original_amend = LaunchConfig.from_vars.__func__, LaunchConfig.amended  # type: ignore[attr-defined]
+
+    def counting_build(cls: type, *args: Any, **kwargs: Any) -> LaunchConfig:
+        built.append(kwargs.get("lane", ""))
+        return original_build(cls, *args, **kwargs)
+
+    def counting_amend(self: LaunchConfig, **changes: Any) -> LaunchConfig:
+        amended.append(sorted(changes.get("flags") or {}))
+        return original_amend(self, **changes)
+
+    monkeypatch.setattr(LaunchConfig, "from_vars", classmethod(counting_build))
+    monkeypatch.setattr(LaunchConfig, "amended", counting_amend)
+    box = facts("rtx-pro-6000-8gpu-passthrough")
+    done = resolve(profile="tuned", gpu_facts=box, p2p_adjust=True, flags_override={"disable-custom-all-reduce": None})
+    assert built == ["cu128"]
+    assert amended == [["disable-custom-all-reduce"], ["api-key", "mem-fraction-static"]]
+    assert float(done["flags"]["mem-fraction-static"]) == done["memory_plan"]["mem_fraction_static"]
