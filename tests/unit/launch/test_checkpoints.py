@@ -178,6 +178,18 @@ def test_shared_expert_fusion_across_dtypes_needs_the_flag(inspected: dict[str, 
     assert fixed["flags"]["disable-shared-experts-fusion"] is True
 
 
+def test_sglang_0_5_23_turns_the_fusion_off_itself_so_the_cu130_lane_needs_no_flag(inspected: dict[str, Any]) -> None:
+    """The checkpoint rule follows the lane: 0.5.23 disables shared-experts fusion when ModelOpt keeps the shared
+    expert unquantized (lanes/cu130.yml shared_experts_fusion_auto_off, with its source); 0.5.10.post1 does not."""
+    from sglang_deploy.lanes import load_lane
+
+    assert "quant_blocks_shared_experts_fusion" in load_lane("cu130").shared_experts_fusion_auto_off
+    assert load_lane("cu128").shared_experts_fusion_auto_off == ""
+    done = resolve(inspected["shared-bf16"], lane="cu130")
+    assert "disable-shared-experts-fusion" not in done["flags"] and done["lane"] == "cu130"
+    assert done["checkpoint"]["shared_experts_fusion"] == "dtypes-differ"
+
+
 def test_an_inspection_of_another_version_is_refused_not_misread(inspected: dict[str, Any]) -> None:
     with pytest.raises(server.ResolveError, match="not one this version reads"):
         resolve({**inspected["bf16"], "new_key": 1})

@@ -257,3 +257,22 @@ def test_unset_settings_are_off_and_the_planner_reads_only_its_rows_set() -> Non
     assert LaunchSettings(lane="cu130").name_of("not_in_the_table") == "not-in-the-table"
     # A flag the table does not know is passed over, not the end of the reading.
     assert flagtable.settings_of({"some-new-flag": "1", "tp-size": "8"}, "cu128").tp_size == 8
+
+
+def test_the_flags_host_code_reads_from_a_rendered_unit_are_spelled_alike_in_every_lane() -> None:
+    """Host code (stdlib only: it cannot read the table) reads a few flags by name from the rendered command line
+    (endpoint.target_from_render, base_url, bench's concurrency cap). Each is a table row spelled the same in every
+    lane, so a lane switch never changes what the host reads; a new such lookup must be one too."""
+    import re
+
+    from conftest import ROOT
+
+    read = set()
+    for path in [*(ROOT / "module_utils").rglob("*.py"), *(ROOT / "library").glob("*.py")]:
+        read |= set(re.findall(r'flags(?:\.get\(|\[)"([a-z0-9-]+)"', path.read_text(encoding="utf-8")))
+    read |= {"served-model-name", "model-path", "model"}  # endpoint.served_model_name's loop
+    assert {"port", "host", "ssl-certfile", "ssl-ca-certs", "api-key", "enable-metrics", "max-running-requests"} <= read
+    for name in read:
+        spec = table().spec(name)
+        assert spec is not None, name
+        assert name in spec.aliases or all(spec.spelling(lane) == name for lane in lane_names()), name

@@ -68,6 +68,9 @@ def test_the_road_takes_the_lanes_rules_and_says_what_0_5_23_adds() -> None:
     inputs_128, notes_128 = plan_inputs(PlanSources(launch=dataclasses.replace(launch, lane="cu128"), lane="cu128", plan_vars=box),
                                         no_memory_fix="x")  # fmt: skip
     assert inputs_128.lane_rules == CU128 and not any("prefill CUDA graphs" in note for note in notes_128)
+    off = LaunchConfig.from_vars({"tp-size": 8, "disable-prefill-cuda-graph": True}, python="/py", lane="cu130").settings
+    _, notes_off = plan_inputs(PlanSources(launch=off, lane="cu130", plan_vars=box), no_memory_fix="x")
+    assert not any("prefill CUDA graphs" in note for note in notes_off)
     # The plan's inputs in its output carry no rules object: the --json of plan and the resolved fact stay plain.
     assert "lane_rules" not in planner.plan(inputs).inputs
 
