@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
-from sglang_deploy.lanes import DEFAULT_LANE
+from sglang_deploy.lanes import DEFAULT_LANE, lane_names
 from sglang_deploy.launch import flagtable
 from sglang_deploy.launch.flagtable import LaunchSettings
 from sglang_deploy_host import endpoint, sglang_launcher, systemd
@@ -320,6 +320,12 @@ def profile_flags(
     ):
         raise LaunchConfigError(
             f"{label}['{PROFILE_LANES_KEY}'] must map lane names to flag changes, e.g. {{cu130: {{flag: value}}}}"
+        )
+    unknown = sorted(str(name) for name in per_lane if name not in lane_names())
+    if unknown:
+        raise LaunchConfigError(
+            f"{label}['{PROFILE_LANES_KEY}'] names {', '.join(unknown)}, which is no lane (known: {', '.join(lane_names())}). "
+            "Fix: spell the lane as sglang_common_lane does"
         )
     own = {key: value for key, value in changes.items() if key != PROFILE_LANES_KEY}
     merged = merge_flags(flags, own, override_label=label)

@@ -1,6 +1,6 @@
 """A lane's SM120 rules (``lanes/<lane>.yml`` ``sm120_rules``) applied to one launch: what that lane's sglang does on
 an RTX PRO 6000 Blackwell (SM12x) that the launch must respect, refused before any host changes with the rule's
-source (render, validate, up: serving/server.py; the doctor lists them: :func:`rule_lines`).
+source (render, validate, up: serving/server.py; the doctor names their start failures: observe/doctor_rules.yml).
 
 The rules are data, read in the lane's pinned sglang; this module only knows how to apply each kind. A launch on
 another GPU (or with no SM known) is not judged here: the rules are SM120's.
@@ -90,27 +90,3 @@ def problem(lane: Lane, launch: LaunchSettings, sm_major: int | None, *, archite
                 f"max-running-requests (it caps the graphs; the seed's 64) or {launch.name_of('cuda_graph_max_bs')} <= {cap}"
             )
     return None
-
-
-def rule_lines(lane: Lane) -> list[str]:
-    """The lane's SM120 rules in words, each with its source (doctor, docs)."""
-    rules = lane.sm120_rules
-    lines = []
-    if rules.dsa_backends_without_sm120:
-        lines.append(f"DSA backends without SM120 kernels: {', '.join(rules.dsa_backends_without_sm120)} "
-                     f"({rules.dsa_backends_without_sm120_source})")  # fmt: skip
-    if rules.dsa_fp8_prefill:
-        lines.append(f"fp8 KV on SM12x: DSA prefill {'/'.join(rules.dsa_fp8_prefill)}, decode {'/'.join(rules.dsa_fp8_decode)} "
-                     f"({rules.dsa_fp8_source})")  # fmt: skip
-    if rules.dsa_bf16_auto_prefill:
-        lines.append(f"bf16 KV: an unset DSA prefill backend becomes {rules.dsa_bf16_auto_prefill} (no SM120 kernels): pin "
-                     f"{rules.dsa_bf16_pin} ({rules.dsa_bf16_source})")  # fmt: skip
-    if rules.allreduce_fusion_refused:
-        lines.append(f"--enable-flashinfer-allreduce-fusion raises on SM12x ({rules.allreduce_fusion_source})")
-    if rules.decode_graph_max_bs:
-        lines.append(f"decode graphs capped at batch {rules.decode_graph_max_bs} ({rules.decode_graph_source})")
-    if lane.shared_experts_fusion_auto_off:
-        lines.append(f"shared-experts fusion turned off by sglang itself for a BF16 shared expert ({lane.shared_experts_fusion_auto_off})")
-    if lane.fp4_gemm_auto_sm120:
-        lines.append(f"--fp4-gemm-backend auto runs {lane.fp4_gemm_auto_sm120} on SM120 (its layers/quantization/fp4_utils.py)")
-    return lines

@@ -154,6 +154,10 @@ def test_a_profile_lanes_entry_applies_on_its_lane_only() -> None:
     for bad in ({"lanes": ["cu130"]}, {"lanes": {"cu130": "x"}}):
         with pytest.raises(LaunchConfigError, match=r"\['lanes'\] must map lane names to flag changes"):
             profile_flags(base, "p", {"p": bad}, "cu130")
+    # A misspelt lane would never apply: refused on every lane, naming the known ones.
+    with pytest.raises(LaunchConfigError, match=r"\['lanes'\] names cu13, which is no lane \(known: cu128, cu130\)"):
+        profile_flags(base, "p", {"p": {"lanes": {"cu13": {"x": 1}}}}, "cu128")
+    assert profile_flags(base, "p", {"p": {"lanes": {"cu130": None}}}, "cu130") == base
 
 
 def test_amending_a_launch_keeps_its_lane_and_checks_the_change() -> None:
