@@ -23,15 +23,17 @@ def _inputs(
 ) -> tuple[gpufacts.GpuFacts, LaunchConfig, preflight.PreflightSettings]:
     try:
         parsed = gpufacts.GpuFacts.from_dict(dict(facts))
-        # The server's resolved flags and environment (sglang_server_resolved), nothing merged here.
+        values = dict(settings)
+        lane = str(values.pop("lane"))
+        # The server's resolved flags and environment (sglang_server_resolved, already in the lane's spelling): the
+        # typed launch again on this side of the play boundary, nothing merged here.
         config = LaunchConfig.from_vars(
             launch.get("flags"),
             python="python3",  # the interpreter plays no part in the checks
             env=launch.get("env"),
             secret_env_names=_env_refs(launch.get("flags")),
+            lane=lane,
         )
-        values = dict(settings)
-        lane = str(values.pop("lane"))
         checked = preflight.settings_from_vars(cuda=load_lane(lane).cuda, **values)
     except (LaunchConfigError, LaneError, preflight.PreflightError, TypeError, KeyError) as err:
         raise AnsibleFilterError(f"host {host}: preflight: {err}") from None

@@ -428,7 +428,8 @@ def model_path(inputs: ServerInputs) -> str:
     not a plain path (the hub id of a model sglang downloads itself, a value from the environment)."""
     flags = inventory_flags(inputs.flags, inputs.profile, inputs.profiles, inputs.flags_override, inputs.lane)
     try:
-        value = flagtable.settings_of(normalized_flags(flags), inputs.lane).model_path
+        given = {name: value for name, value in normalized_flags(flags).items() if value is not None}  # null: removed
+        value = flagtable.settings_of(given, inputs.lane).model_path
     except flagtable.FlagTableError:
         return ""  # the resolve that follows names what is wrong with the flags
     return value if value is not None and value.startswith("/") else ""

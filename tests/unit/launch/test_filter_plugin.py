@@ -63,6 +63,11 @@ def test_the_model_path_is_the_merged_flags_directory_or_nothing() -> None:
     assert plugin.sglang_server_model_path(values, host="h1") == ""
     values["flags_override"] = {"model": None, "model-path": "/m"}
     assert plugin.sglang_server_model_path(values, host="h1") == "/m"
+    # A flag removed with null (the cu130 profiles remove one) is no flag; a broken one is the resolve's to name.
+    values["flags_override"] = {"enable-metrics": None, "model": "/srv/x"}
+    assert plugin.sglang_server_model_path({**values, "lane": "cu130", "profile": "tuned"}, host="h1") == "/srv/x"
+    values["flags_override"] = {"tp-size": "eight", "model": "/srv/x"}
+    assert plugin.sglang_server_model_path(values, host="h1") == ""
 
 
 def test_redact_masks_every_secret_longest_first():

@@ -353,3 +353,18 @@ def test_filter_bad_lane_names_host() -> None:
         preflight_filters.preflight_problems(
             {}, {"flags": {}}, role_settings(lane="cu999"), host="h"
         )
+
+
+def test_filter_reads_the_resolved_flags_in_their_own_lane(profile: dict[str, Any]) -> None:
+    """The resolved flags of a cu130 host are spelled as 0.5.23 spells them; the filter types them for that lane
+    (a flag 0.5.23 lacks would be refused there, so it reads them as the lane, not the default)."""
+    facts = facts_of("rtx-pro-6000-8gpu-busy").to_dict()
+    flags = {**{k: v for k, v in profile["sglang_server_flags"].items() if not k.startswith("nsa-")},
+             "dsa-decode-backend": "flashinfer_sparse_mla", "dsa-prefill-backend": "flashinfer_sparse_mla"}  # fmt: skip
+    launch_vars = {"flags": flags, "env": {**profile["sglang_server_env"], **P2P_OFF}}
+    on_130 = preflight_filters.preflight_problems(facts, launch_vars, role_settings(lane="cu130"), host="gpu-box")
+    assert len(on_130) == 3 and all("preflight check gpu-idle failed" in m for m in on_130)
+    with pytest.raises(Exception, match="host gpu-box: preflight: .*lane cu130's sglang has no --enable-nan-detection"):
+        preflight_filters.preflight_problems(
+            facts, {**launch_vars, "flags": {**flags, "enable-nan-detection": True}}, role_settings(lane="cu130"), host="gpu-box"
+        )
