@@ -95,11 +95,18 @@ def test_render_refuses_a_directive_smuggled_into_a_unit_value(tmp_path: Path) -
 
 
 def test_render_rejects_a_conflict_naming_host_and_fix(tmp_path: Path) -> None:
-    inventory = _inventory(tmp_path, {"sglang_server_flags_override": {"tp": 4}})
+    """Two spellings of one flag in one mapping conflict; an override in another spelling than the profile's
+    replaces the flag (the flag table knows them one flag), rendered in full."""
+    inventory = _inventory(tmp_path, {"sglang_server_flags_override": {"tp": 4, "tp_size": 4}})
     proc = _cli("render", "-i", str(inventory), "--out", str(tmp_path / "out"))
     assert proc.returncode == 1
     output = proc.stdout + proc.stderr
     assert "host glm5-01" in output and "'tp-size'" in output and "sglang_server_flags_override" in output
+    replaced = _inventory(tmp_path / "replaced", {"sglang_server_flags_override": {"tp": 4}})
+    proc = _cli("render", "-i", str(replaced), "--out", str(tmp_path / "replaced-out"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    unit = (tmp_path / "replaced-out" / "glm5-01" / "sglang.service").read_text()
+    assert "    --tp-size 4 \\\n" in unit and "--tp-size 8" not in unit
 
 
 def test_render_fails_on_a_systemd_warning(tmp_path: Path) -> None:
