@@ -82,6 +82,9 @@ class Sm120Rules:
 
     dsa_backends_without_sm120: tuple[str, ...] = ()
     dsa_backends_without_sm120_source: str = ""
+    # The KV cache dtypes a DSA model starts with (empty: not a rule of this lane).
+    dsa_kv_cache_dtypes: tuple[str, ...] = ()
+    dsa_kv_cache_dtypes_source: str = ""
     # An fp8 pool's DSA backends (prefill, decode), when the lane's sglang takes only these on SM12x.
     dsa_fp8_prefill: tuple[str, ...] = ()
     dsa_fp8_decode: tuple[str, ...] = ()
@@ -232,7 +235,8 @@ def _parse_lane(data: dict[str, Any], where: str) -> Lane:
 
 def _parse_sm120_rules(value: object, where: str) -> Sm120Rules:
     data = _mapping(value, where)
-    known = {"dsa_backends_without_sm120", "dsa_backends_without_sm120_source", "dsa_fp8_backends", "dsa_bf16_unset_prefill",
+    known = {"dsa_backends_without_sm120", "dsa_backends_without_sm120_source", "dsa_kv_cache_dtypes",
+             "dsa_kv_cache_dtypes_source", "dsa_fp8_backends", "dsa_bf16_unset_prefill",
              "allreduce_fusion_refused", "allreduce_fusion_source", "decode_graph_max_bs", "decode_graph_source"}  # fmt: skip
     _check_keys(data, known, where, optional=frozenset(known))
     fp8 = _mapping(data.get("dsa_fp8_backends") or {"prefill": [], "decode": [], "only_fp8": [], "source": ""},
@@ -247,6 +251,8 @@ def _parse_sm120_rules(value: object, where: str) -> Sm120Rules:
     rules = Sm120Rules(
         dsa_backends_without_sm120=_strings(data, "dsa_backends_without_sm120", where) if "dsa_backends_without_sm120" in data else (),
         dsa_backends_without_sm120_source=str(data.get("dsa_backends_without_sm120_source") or ""),
+        dsa_kv_cache_dtypes=_strings(data, "dsa_kv_cache_dtypes", where) if "dsa_kv_cache_dtypes" in data else (),
+        dsa_kv_cache_dtypes_source=str(data.get("dsa_kv_cache_dtypes_source") or ""),
         dsa_fp8_prefill=_strings(fp8, "prefill", where), dsa_fp8_decode=_strings(fp8, "decode", where),
         dsa_fp8_only=_strings(fp8, "only_fp8", where) if "only_fp8" in fp8 else (),
         dsa_fp8_source=str(fp8["source"] or ""),
@@ -258,6 +264,7 @@ def _parse_sm120_rules(value: object, where: str) -> Sm120Rules:
     unsourced = [
         name for name, set_, source in (
             ("dsa_backends_without_sm120", rules.dsa_backends_without_sm120, rules.dsa_backends_without_sm120_source),
+            ("dsa_kv_cache_dtypes", rules.dsa_kv_cache_dtypes, rules.dsa_kv_cache_dtypes_source),
             ("dsa_fp8_backends", rules.dsa_fp8_prefill, rules.dsa_fp8_source),
             ("dsa_bf16_unset_prefill", rules.dsa_bf16_auto_prefill, rules.dsa_bf16_source),
             ("allreduce_fusion_refused", rules.allreduce_fusion_refused, rules.allreduce_fusion_source),

@@ -43,6 +43,13 @@ def problem(lane: Lane, launch: LaunchSettings, sm_major: int | None, *, archite
                 f"{rules.dsa_backends_without_sm120_source}). Fix: {_fix(launch, field, 'trtllm')}"
             )
     dsa = any(backends.values()) or (architecture or "") in DSA_ARCHITECTURES
+    dtype = launch.kv_cache_dtype or "auto"
+    if dsa and rules.dsa_kv_cache_dtypes and dtype not in rules.dsa_kv_cache_dtypes:
+        return (
+            f"{head}: a DSA model starts only with kv-cache-dtype {', '.join(rules.dsa_kv_cache_dtypes)}, not {dtype}: "
+            f"sglang asserts at start (source: {rules.dsa_kv_cache_dtypes_source}). Fix: set kv-cache-dtype: bfloat16 "
+            "(the profile 'tuned') or auto (fp8_e4m3 on this GPU)"
+        )
     if dsa and rules.dsa_fp8_prefill and resolved_kv_fp8(launch, sm_major):
         for field, allowed in (("dsa_prefill_backend", rules.dsa_fp8_prefill), ("dsa_decode_backend", rules.dsa_fp8_decode)):
             value = backends[field]

@@ -52,7 +52,7 @@ def test_an_explicit_fp8_pool_meets_the_same_rule_and_an_unset_backend_passes() 
 
 
 def test_flashinfer_sparse_mla_runs_only_with_an_fp8_e4m3_pool() -> None:
-    for dtype in ("bfloat16", "fp8_e5m2"):
+    for dtype in ("bfloat16", "bf16"):
         message = problem("cu130", merge_flags(SEED, CU130_FP8), kv_cache_dtype=dtype)
         assert message is not None and "flashinfer_sparse_mla runs only with an fp8_e4m3 KV pool, not kv-cache-dtype " + dtype in message
         assert "_validate_flashinfer_sparse_mla_backend" in message
@@ -69,6 +69,17 @@ def test_a_bf16_pool_with_its_prefill_backend_unset_is_refused_naming_flashmla_a
     assert problem("cu130", flags, architecture=None) is None
     assert problem("cu130", {**flags, "dsa-decode-backend": "trtllm"}, architecture=None) is not None
     assert problem("cu128", flags) is None  # 0.5.10.post1's automatic choice is not this lane's rule
+
+
+@pytest.mark.parametrize("dtype", ["fp8_e5m2", "nvfp4", "mxfp8"])
+def test_a_dsa_model_starts_only_with_bf16_or_fp8_e4m3_in_0_5_23(dtype: str) -> None:
+    flags = {"tp-size": 8, "max-running-requests": 64, "dsa-prefill-backend": "trtllm", "dsa-decode-backend": "trtllm"}
+    message = problem("cu130", {**flags, "kv-cache-dtype": dtype})
+    assert message is not None and f"a DSA model starts only with kv-cache-dtype auto, bf16, bfloat16, fp8_e4m3, not {dtype}" in message
+    assert "overrides.py:532-545" in message
+    for fine in ("bf16", "bfloat16"):
+        assert problem("cu130", {**flags, "kv-cache-dtype": fine}) is None
+    assert problem("cu130", {"tp-size": 8, "max-running-requests": 64, "kv-cache-dtype": dtype}, architecture=None) is None
 
 
 @pytest.mark.parametrize("lane", ["cu128", "cu130"])
