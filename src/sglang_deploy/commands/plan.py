@@ -114,7 +114,6 @@ def build_inputs(
     """The planner's inputs of the command line: the files and options read here, then the one road render and
     up take (plan_inputs.py); with ``--checkpoint``, its verdict (a launch it cannot serve is a PlanError)."""
     notes: list[str] = []
-    launch_flags: dict[str, Any] = {}
     plan_vars: dict[str, Any] = {}
     lane = args.lane
     launch = None
@@ -153,7 +152,8 @@ def build_inputs(
         launch = (launch or LaunchConfig.from_vars({}, python="python3", lane=lane)).amended(flags=given)
     except LaunchConfigError as err:
         raise planner.PlanError(str(err)) from None
-    check_choices(launch, load_lane(lane))
+    stack_lane = load_lane(lane)
+    check_choices(launch, stack_lane)
     verdict = _inspect(args.checkpoint) if args.checkpoint else None
     if verdict is not None and not args.model_config and not args.architecture and not plan_vars.get("architecture"):
         args.model_config = str(Path(args.checkpoint) / inspector.CONFIG_NAME)
@@ -165,7 +165,7 @@ def build_inputs(
     tp = int(overrides.get("tp_size") or launch.tp_size)
     draft: dict[str, float] = {}
     if verdict is not None:
-        refused = checkpoints.problems(launch, verdict, where="this launch")
+        refused = checkpoints.problems(launch, verdict, where="this launch", lane=stack_lane)
         if refused:
             raise planner.PlanError("; ".join(refused))
         draft = checkpoints.draft_memory(verdict, tp) if checkpoints.self_drafting(launch) else {}

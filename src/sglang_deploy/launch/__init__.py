@@ -116,10 +116,7 @@ class LaunchConfig:
         merged_env = merge_flags(env, env_override, variable="sglang_server_env")
         parsed = tuple(_flag(name, value, lane) for name, value in merged_flags.items() if value is not None)
         _check_conflicts(parsed)
-        try:
-            settings = flagtable.settings_of({f.name: f.value for f in parsed}, lane)
-        except flagtable.FlagTableError as err:
-            raise LaunchConfigError(str(err)) from None
+        settings = _settings(parsed, lane)
         environment = tuple(
             (_env_name(name), _env_value(name, value))
             for name, value in merged_env.items()
@@ -162,10 +159,7 @@ class LaunchConfig:
                 environment.pop(name, None)
             else:
                 environment[_env_name(name)] = _env_value(name, value)
-        try:
-            settings = flagtable.settings_of({f.name: f.value for f in parsed}, self.lane)
-        except flagtable.FlagTableError as err:
-            raise LaunchConfigError(str(err)) from None
+        settings = _settings(parsed, self.lane)
         config = replace(self, flags=tuple(parsed), environment=tuple(environment.items()), settings=settings)
         config._check_env_refs()
         return config
@@ -364,6 +358,14 @@ def merge_flags(
             else:
                 merged[key] = value
     return merged
+
+
+def _settings(flags: Sequence[Flag], lane: str) -> LaunchSettings:
+    """The typed view of parsed flags (flagtable.settings_of), its refusals as launch errors."""
+    try:
+        return flagtable.settings_of({flag.name: flag.value for flag in flags}, lane)
+    except flagtable.FlagTableError as err:
+        raise LaunchConfigError(str(err)) from None
 
 
 def _identity(key: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from sglang_deploy_host import checkpoint as inspector
-from sglang_deploy.lanes import load_lane
+from sglang_deploy.lanes import Lane
 from sglang_deploy.launch import LaunchConfig
 
 GIB = 1 << 30
@@ -137,9 +137,10 @@ def self_drafting(config: LaunchConfig) -> str | None:
     return algorithm
 
 
-def problems(config: LaunchConfig, verdict: Verdict | None, *, where: str) -> list[str]:
+def problems(config: LaunchConfig, verdict: Verdict | None, *, where: str, lane: Lane) -> list[str]:
     """Why this launch must not start on this checkpoint (empty: nothing against it). ``where`` names
-    what set the flags (e.g. "sglang_server_profile 'tuned-mtp'")."""
+    what set the flags (e.g. "sglang_server_profile 'tuned-mtp'"); ``lane`` is the launch's lane, loaded by the
+    caller (whether its sglang turns shared-experts fusion off by itself)."""
     found: list[str] = []
     if verdict is None:
         return found
@@ -154,7 +155,7 @@ def problems(config: LaunchConfig, verdict: Verdict | None, *, where: str) -> li
     if (
         verdict.shared_experts_fusion == "dtypes-differ"
         and not config.settings.disable_shared_experts_fusion
-        and not load_lane(config.lane).shared_experts_fusion_auto_off
+        and not lane.shared_experts_fusion_auto_off
     ):
         found.append(_fusion_problem(verdict))
     return found

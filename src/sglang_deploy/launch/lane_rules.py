@@ -43,6 +43,7 @@ def problem(lane: Lane, launch: LaunchSettings, sm_major: int | None, *, archite
                 f"{rules.dsa_backends_without_sm120_source}). Fix: {_fix(launch, field, 'trtllm')}"
             )
     dsa = any(backends.values()) or (architecture or "") in DSA_ARCHITECTURES
+    fp8 = resolved_kv_fp8(launch, sm_major)
     dtype = launch.kv_cache_dtype or "auto"
     if dsa and rules.dsa_kv_cache_dtypes and dtype not in rules.dsa_kv_cache_dtypes:
         return (
@@ -50,7 +51,7 @@ def problem(lane: Lane, launch: LaunchSettings, sm_major: int | None, *, archite
             f"sglang asserts at start (source: {rules.dsa_kv_cache_dtypes_source}). Fix: set kv-cache-dtype: bfloat16 "
             "(the profile 'tuned') or auto (fp8_e4m3 on this GPU)"
         )
-    if dsa and rules.dsa_fp8_prefill and resolved_kv_fp8(launch, sm_major):
+    if dsa and rules.dsa_fp8_prefill and fp8:
         for field, allowed in (("dsa_prefill_backend", rules.dsa_fp8_prefill), ("dsa_decode_backend", rules.dsa_fp8_decode)):
             value = backends[field]
             if value is not None and value not in allowed:
@@ -60,7 +61,7 @@ def problem(lane: Lane, launch: LaunchSettings, sm_major: int | None, *, archite
                     f"(source: {rules.dsa_fp8_source}). Fix: {_fix(launch, field, allowed[0])}, or kv-cache-dtype: "
                     "bfloat16 (the profile 'tuned')"
                 )
-    if not resolved_kv_fp8(launch, sm_major):
+    if not fp8:
         for field, value in backends.items():
             if value is not None and value in rules.dsa_fp8_only:
                 return (
@@ -68,7 +69,7 @@ def problem(lane: Lane, launch: LaunchSettings, sm_major: int | None, *, archite
                     f"{launch.kv_cache_dtype}: sglang raises at start (source: {rules.dsa_fp8_source}). "
                     f"Fix: {_fix(launch, field, 'trtllm')}"
                 )
-    if dsa and rules.dsa_bf16_auto_prefill and not resolved_kv_fp8(launch, sm_major) and launch.dsa_prefill_backend is None:
+    if dsa and rules.dsa_bf16_auto_prefill and not fp8 and launch.dsa_prefill_backend is None:
         return (
             f"{head}: with a bf16 KV pool an unset {launch.name_of('dsa_prefill_backend')} becomes "
             f"{rules.dsa_bf16_auto_prefill}, which has no SM120 kernels ('Unsupported architecture'; source: "

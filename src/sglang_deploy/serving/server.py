@@ -235,7 +235,7 @@ def _resolve(
     # memory plan.
     lane = _lane(inputs.lane)
     sm_major = planner.gpu_facts_summary(facts).get("sm_major") if facts else (inputs.memory_plan or {}).get("sm_major")
-    verdict, warnings, draft = _judge_checkpoint(inputs, config, checkpoint)
+    verdict, warnings, draft = _judge_checkpoint(inputs, config, lane, checkpoint)
     quantization = verdict.inspection.quantization if verdict is not None and verdict.inspection is not None else None
     architecture = (inputs.memory_plan or {}).get("architecture")
     problem = lane_rules.problem(lane, config.settings, sm_major, architecture=str(architecture) if architecture else None)
@@ -250,7 +250,7 @@ def _resolve(
     additions: dict[str, Any] = {}
     if inputs.api_key:
         additions["api-key"] = {"env": API_KEY_ENV}
-    served_tls = _tls(inputs, config)
+    served_tls = _tls(inputs, config, lane)
     if served_tls:
         additions.update({flag: served_tls[kind] for kind, flag in TLS_FLAGS.items()})
     if plan is not None and config.settings.fraction_is_placeholder:
@@ -321,7 +321,7 @@ TLS_FLAGS = {"certfile": "ssl-certfile", "keyfile": "ssl-keyfile", "cafile": "ss
 TLS_FILE_NAMES = {"certfile": "server.crt", "keyfile": "server.key", "cafile": "ca.crt"}
 
 
-def _tls(inputs: ServerInputs, config: LaunchConfig) -> dict[str, Any]:
+def _tls(inputs: ServerInputs, config: LaunchConfig, lane: Lane) -> dict[str, Any]:
     """TLS from the inventory's files: the host's paths (``certfile``, ``keyfile``, ``cafile``, ``dir``) and the
     control node's (``source``); ``{}`` when no file is set. Their content is judged by the validate play
     (tls.judge, which needs the files themselves), before any host changes."""
@@ -353,7 +353,6 @@ def _tls(inputs: ServerInputs, config: LaunchConfig) -> dict[str, Any]:
             f"Fix: set {', '.join(missing)} (the CA is what every client verifies the certificate with), or unset "
             "the others for plain HTTP"
         )
-    lane = _lane(inputs.lane)
     lacking = [flag for flag in TLS_FLAGS.values() if flag not in lane.tls_flags]
     if lacking:
         raise LaunchConfigError(
@@ -377,7 +376,7 @@ def _url_host(url: str) -> str:
 
 
 def _judge_checkpoint(
-    inputs: ServerInputs, config: LaunchConfig, inspection: Mapping[str, Any] | None
+    inputs: ServerInputs, config: LaunchConfig, lane: Lane, inspection: Mapping[str, Any] | None
 ) -> tuple[checkpoints.Verdict | None, list[str], dict[str, float]]:
     """The served checkpoint against the launch (checkpoints.py): the verdict, the warnings, and the draft's
     real memory for the planner; LaunchConfigError for a launch the checkpoint cannot serve."""
@@ -387,7 +386,7 @@ def _judge_checkpoint(
     except TypeError as err:
         raise LaunchConfigError(f"the checkpoint's inspection is not one this version reads ({err})") from None
     where = _origin(inputs, "speculative-algorithm")
-    problems = checkpoints.problems(config, verdict, where=where)
+    problems = checkpoints.problems(config, verdict, where=where, lane=lane)
     if problems:
         raise LaunchConfigError("; ".join(problems))
     note = checkpoints.warning(config, verdict, where=where, repo=repo)
