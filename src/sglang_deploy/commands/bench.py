@@ -34,8 +34,10 @@ from rich.table import Table
 from sglang_deploy_host import bench as host_bench
 from sglang_deploy_host import endpoint
 from sglang_deploy_host import quality as host_quality
-from sglang_deploy import __version__, bench
+from sglang_deploy import __version__
+from sglang_deploy.bench import comparison as bench_comparison
 from sglang_deploy.bench import quality as bench_quality
+from sglang_deploy.bench import runs as bench_runs
 from sglang_deploy.playbook import runner
 from sglang_deploy.commands import (
     ApiKeyError,
@@ -113,7 +115,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     verdict.add_argument(
         "--baseline",
         help="a previous run (its directory, sweep.json or results.jsonl), a JSON file with 'records', or a "
-        f"shipped baseline: {', '.join(bench.shipped_baselines())}",
+        f"shipped baseline: {', '.join(bench_runs.shipped_baselines())}",
     )
     verdict.add_argument(
         "--compare", nargs="+", metavar="RUN",
@@ -126,7 +128,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "verdict is kept in the run and shown beside the speed; a FAIL fails the run (docs/quality.md)",
     )  # fmt: skip
     verdict.add_argument(
-        "--threshold", type=float, default=bench.DEFAULT_THRESHOLD,
+        "--threshold", type=float, default=bench_runs.DEFAULT_THRESHOLD,
         help="a throughput below (1 - THRESHOLD) x the baseline's is a regression (default 0.10)",
     )  # fmt: skip
     parser.add_argument("--out", help="results root (default: the project's artifacts/bench)")
@@ -167,18 +169,18 @@ def run(args: argparse.Namespace) -> int:
         # the server's --max-running-requests, known only later).
         host_bench.check_numbers(args.backend, args.input_len, args.output_len, args.warmup_requests, args.step_timeout)
         host_bench.plan(args.concurrency, None, args.prompts_per_concurrency)
-        baseline = bench.load_baseline(args.baseline) if args.baseline else None
-        notes = [note for note in [bench.check_lengths(baseline, args.input_len, args.output_len)] if note] if baseline else []
-        against = bench.load_side(args.compare[0]) if args.compare else None
+        baseline = bench_runs.load_baseline(args.baseline) if args.baseline else None
+        notes = [note for note in [bench_runs.check_lengths(baseline, args.input_len, args.output_len)] if note] if baseline else []
+        against = bench_comparison.load_side(args.compare[0]) if args.compare else None
         if against is not None and None not in (against.input_len, against.output_len) and (
             (against.input_len, against.output_len) != (args.input_len, args.output_len)
         ):
-            raise bench.BenchInputError(
+            raise bench_runs.BenchInputError(
                 f"--compare {args.compare[0]} ran {against.input_len} input / {against.output_len} output tokens, this "
                 f"sweep would run {args.input_len} / {args.output_len}. Fix: pass --input-len {against.input_len} "
                 f"--output-len {against.output_len}"
             )
-    except (host_bench.BenchError, bench.BenchInputError) as err:
+    except (host_bench.BenchError, bench_runs.BenchInputError) as err:
         return usage_error("bench", str(err))
     args.compare_side = against
     try:
@@ -207,7 +209,7 @@ def _server_info(url: str, api_key: str, cafile: str = "") -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench.Baseline | None, notes: list[str]) -> int:
+def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench_runs.Baseline | None, notes: list[str]) -> int:
     if not args.model or not args.tokenizer:
         return usage_error("bench", "--endpoint needs --model NAME (the served name) and --tokenizer PATH (the model's tokenizer directory)")
     try:
@@ -229,18 +231,18 @@ def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench.Baseline |
         top = _server_info(args.endpoint, api_key, cafile).get("max_running_requests")
         steps = host_bench.plan(args.concurrency, top if isinstance(top, int) else None, args.prompts_per_concurrency)
         if baseline is not None:
-            bench.check_overlap(baseline, [step.concurrency for step in steps])
-        command = bench.bench_command(lane)
-    except (host_bench.BenchError, bench.BenchInputError, ValidatorError) as err:
+            bench_runs.check_overlap(baseline, [step.concurrency for step in steps])
+        command = bench_runs.bench_command(lane)
+    except (host_bench.BenchError, bench_runs.BenchInputError, ValidatorError) as err:
         return usage_error("bench", str(err))
     started = time.time()
-    label = bench.host_label(args.endpoint)
+    label = bench_runs.host_label(args.endpoint)
     _console.print(
         f"bench {escape(args.endpoint)} ({escape(args.model)}): concurrency {', '.join(str(s.concurrency) for s in steps)}, "
         f"{args.input_len} in / {args.output_len} out tokens, bench_serving of sglang {lane.sglang} (lane {lane.name})"
     )
     live = _console.is_terminal
-    results = bench.run_sweep(
+    results = bench_runs.run_sweep(
         command, settings, steps, api_key,
         echo=(lambda chunk: (sys.stderr.buffer.write(chunk), sys.stderr.flush())) if live else None,
         on_step=lambda index, step, result: _progress(label, index, len(steps), step, result),
@@ -248,14 +250,14 @@ def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench.Baseline |
     meta = {
         "tool": "sglang-deploy bench", "tool_version": __version__, "mode": "endpoint", "host": label,
         "url": args.endpoint, "model": args.model, "tokenizer": settings.tokenizer,
-        "started": bench.utc_stamp(started), "finished": bench.utc_stamp(),
+        "started": bench_runs.utc_stamp(started), "finished": bench_runs.utc_stamp(),
         "lane": lane.name, "bench_from": f"the lane's validator venv (sglang {lane.sglang}) on the control node",
-        "git_revision": bench.git_revision(runner.project_dir()), "gpu_facts": None, "flags": None,
+        "git_revision": bench_runs.git_revision(runner.project_dir()), "gpu_facts": None, "flags": None,
         "settings": _settings(args),
     }  # fmt: skip
     if args.quality is not None:
         meta["quality"] = _check_endpoint(args.quality, endpoint.Endpoint(args.endpoint, api_key=api_key, cafile=cafile))
-    return _finish([(out / label / bench.utc_stamp(started), bench.Run(meta=meta, steps=results))], baseline, args.threshold, notes,
+    return _finish([(out / label / bench_runs.utc_stamp(started), bench_runs.Run(meta=meta, steps=results))], baseline, args.threshold, notes,
                    args.compare_side)
 
 
@@ -286,7 +288,7 @@ def _progress(host: str, index: int, total: int, step: host_bench.Step, result: 
         _console.print(f"{time.strftime('%H:%M:%S')} {host} [{index + 1}/{total}] concurrency {step.concurrency}, {step.num_prompts} prompts ...")
     else:
         style = "green" if result["ok"] else "red"
-        _console.print(f"[{style}]{time.strftime('%H:%M:%S')} {escape(host)} [{index + 1}/{total}] {escape(bench.step_line(result))}[/]")
+        _console.print(f"[{style}]{time.strftime('%H:%M:%S')} {escape(host)} [{index + 1}/{total}] {escape(bench_runs.step_line(result))}[/]")
 
 
 # --- -i INVENTORY ---------------------------------------------------------------------------------
@@ -303,18 +305,18 @@ class _InventoryProgress:
         step = (data.get("res") or {}).get("step")
         if event.get("event") == "runner_item_on_ok" and data.get("task") == STEP_TASK and isinstance(step, dict):
             style = "green" if step.get("ok") else "red"
-            _console.print(f"[{style}]{time.strftime('%H:%M:%S')} {escape(str(data.get('host')))} {escape(bench.step_line(step))}[/]")
+            _console.print(f"[{style}]{time.strftime('%H:%M:%S')} {escape(str(data.get('host')))} {escape(bench_runs.step_line(step))}[/]")
         return keep
 
 
-def run_inventory(args: argparse.Namespace, out: Path, baseline: bench.Baseline | None, notes: list[str]) -> int:
+def run_inventory(args: argparse.Namespace, out: Path, baseline: bench_runs.Baseline | None, notes: list[str]) -> int:
     import ansible_runner  # heavy import, only when a playbook runs
 
     inventories = args.inventory or [str(runner.project_dir() / "inventory" / "proxmox")]
     runner.serving_hosts(inventories, args.limit)  # RunnerError -> exit 2 before anything runs
     runner.ansible_executable("ansible-playbook")
     started = time.time()
-    stamp = bench.utc_stamp(started)
+    stamp = bench_runs.utc_stamp(started)
     extravars: dict[str, Any] = {
         "sglang_deploy_bench_out": str(out), "sglang_deploy_bench_stamp": stamp,
         "sglang_deploy_bench_concurrency": args.concurrency or [],
@@ -339,14 +341,14 @@ def run_inventory(args: argparse.Namespace, out: Path, baseline: bench.Baseline 
         _console.print(line, markup=False)
     extra = {
         "tool": "sglang-deploy bench", "tool_version": __version__, "mode": "inventory",
-        "started": stamp, "finished": bench.utc_stamp(), "git_revision": bench.git_revision(project),
+        "started": stamp, "finished": bench_runs.utc_stamp(), "git_revision": bench_runs.git_revision(project),
     }  # fmt: skip
     checked = _check_inventory(args, inventories) if args.quality is not None else {}
     runs = []
     for directory in sorted(out.glob(f"*/{stamp}")):
         try:
-            run = bench.run_from_playbook(directory, extra)
-        except bench.BenchInputError as err:
+            run = bench_runs.run_from_playbook(directory, extra)
+        except bench_runs.BenchInputError as err:
             _console.print(f"[red]{escape(str(err))}[/]")
             continue
         flags = run.meta.get("flags") or {}
@@ -382,14 +384,14 @@ def _check_inventory(args: argparse.Namespace, inventories: list[str]) -> dict[s
 def run_compare(spec_a: str, spec_b: str, threshold: float, out: Path) -> int:
     """--compare A B: two stored runs side by side, written to OUT/compare/<UTC time>/."""
     try:
-        comparison = bench.compare_sides(bench.load_side(spec_a), bench.load_side(spec_b), threshold)
-    except bench.BenchInputError as err:
+        comparison = bench_comparison.compare_sides(bench_comparison.load_side(spec_a), bench_comparison.load_side(spec_b), threshold)
+    except bench_runs.BenchInputError as err:
         return usage_error("bench", str(err))
-    return _report_comparison(out / "compare" / bench.utc_stamp(), comparison)
+    return _report_comparison(out / "compare" / bench_runs.utc_stamp(), comparison)
 
 
-def _report_comparison(directory: Path, comparison: bench.RunComparison) -> int:
-    paths = bench.write_comparison(directory, comparison)
+def _report_comparison(directory: Path, comparison: bench_comparison.RunComparison) -> int:
+    paths = bench_comparison.write_comparison(directory, comparison)
     width = None if _console.is_terminal else 160
     _console.print(_compare_table(comparison), width=width)
     for note in comparison.notes:
@@ -401,19 +403,19 @@ def _report_comparison(directory: Path, comparison: bench.RunComparison) -> int:
     return 0 if comparison.ok else 1
 
 
-def _compare_table(comparison: bench.RunComparison) -> Table:
+def _compare_table(comparison: bench_comparison.RunComparison) -> Table:
     table = Table(title=f"B: {comparison.b.name}  against  A: {comparison.a.name}")
     table.add_column("concurrency", justify="right")
-    for _metric, title, _higher in bench.COMPARE_METRICS:
+    for _metric, title, _higher in bench_comparison.COMPARE_METRICS:
         table.add_column(f"{title} A / B", justify="right")
     for row in comparison.rows:
-        table.add_row(str(row.concurrency), *(row.cell(metric) for metric, _title, _higher in bench.COMPARE_METRICS))
+        table.add_row(str(row.concurrency), *(row.cell(metric) for metric, _title, _higher in bench_comparison.COMPARE_METRICS))
     return table
 
 
 def _finish(
-    runs: list[tuple[Path, bench.Run]], baseline: bench.Baseline | None, threshold: float, notes: list[str],
-    against: bench.Side | None = None,
+    runs: list[tuple[Path, bench_runs.Run]], baseline: bench_runs.Baseline | None, threshold: float, notes: list[str],
+    against: bench_comparison.Side | None = None,
 ) -> int:
     """Verdict, files and a summary for each run (and, with --compare A, the run beside A); the exit
     status of them all."""
@@ -421,16 +423,16 @@ def _finish(
     for directory, run in runs:
         if baseline is not None:
             try:
-                run.verdict = bench.compare(run, baseline, threshold, notes)
-            except bench.BenchInputError as err:
+                run.verdict = bench_runs.compare(run, baseline, threshold, notes)
+            except bench_runs.BenchInputError as err:
                 run.verdict_problem = str(err)
-        paths = bench.write_run(directory, run)
+        paths = bench_runs.write_run(directory, run)
         # A log or a pipe is not 80 columns wide: the numbers must not be cut there.
         width = None if _console.is_terminal else 160
         _console.print(_table(run), width=width)
         if run.verdict is not None:
             _console.print(_verdict_table(run.verdict), width=width)
-        verdict = bench.overall(run)
+        verdict = bench_runs.overall(run)
         style = "green" if verdict.startswith("ok") else "red"
         _console.print(f"[{style}]{escape(run.meta.get('host', '?'))}: {escape(verdict)}[/]")
         _console.print(f"report: {paths['report.md']}\nplot:   {paths['bench.png']}")
@@ -438,21 +440,21 @@ def _finish(
         if not verdict.startswith("ok"):
             status = 1
         if against is not None:
-            comparison = bench.compare_sides(against, bench.side_of_run(directory, run), threshold)
+            comparison = bench_comparison.compare_sides(against, bench_comparison.side_of_run(directory, run), threshold)
             status = max(status, _report_comparison(directory, comparison))
     return status
 
 
-def _table(run: bench.Run) -> Table:
+def _table(run: bench_runs.Run) -> Table:
     table = Table(title=f"{run.meta.get('host', '?')} - {run.meta.get('model', '?')}")
-    for title, _key, _form in bench.TABLE_COLUMNS:
+    for title, _key, _form in bench_runs.TABLE_COLUMNS:
         table.add_column(title, justify="right")
-    for step, row in zip(run.steps, bench.table_rows(run)):
+    for step, row in zip(run.steps, bench_runs.table_rows(run)):
         table.add_row(*row, style=None if step["ok"] else "red")
     return table
 
 
-def _verdict_table(verdict: bench.Verdict) -> Table:
+def _verdict_table(verdict: bench_runs.Verdict) -> Table:
     table = Table(title=f"against {verdict.baseline.name} (regression below {1 - verdict.threshold:.0%})")
     for column in ("concurrency", "metric", "this run", "baseline", "ratio"):
         table.add_column(column, justify="left" if column == "metric" else "right")

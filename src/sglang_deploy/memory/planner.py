@@ -1,85 +1,12 @@
 """Memory planner for ``--mem-fraction-static``: will a fraction fit, and which one should we use?
 
-How sglang 0.5.10.post1 spends a GPU (read in its source; paths below are under ``sglang/srt/``):
-
-* ``model_executor/model_runner.py:999`` measures ``pre_model_load_memory``: the *free* memory after
-  the CUDA context and NCCL are up (min over the TP ranks), i.e. ``F0 = total - runtime overhead``.
-* ``model_executor/model_runner_kv_cache_mixin.py:167`` (``profile_max_num_token``) then sizes the KV
-  pool as ``rest = post_load_free - F0 * (1 - f)`` = ``F0 * f - weights``, and
-  ``kv_tokens = rest_bytes // cell_size`` (cell size per token: :func:`kv_cell`), aligned down to
-  the page size (``_resolve_token_capacity``; 64 for DSA models on CUDA, ``server_args.py:1583``).
-* So ``f`` is a fraction of ``F0``, not of the card. What is left, ``F0 * (1 - f)``, must hold what
-  the planner calls the *outside* terms: CUDA-graph buffers (∝ the largest captured batch),
-  activations of one prefill chunk (∝ ``--chunked-prefill-size``) and allocator slack
-  (fragmentation: blocks PyTorch keeps reserved that a new allocation cannot use).
-
-Calibration against the seed deployment (8x RTX PRO 6000, 97,887 MiB, TP8, GLM-5-NVFP4):
-
-1. Runtime overhead. The 0.95 OOM said: torch 87.43 GiB allocated + 6.44 GiB reserved-unallocated,
-   247 MiB free on a 95.593 GiB card, so 95.593 - 93.87 - 0.241 = 1.482 GiB (1,517 MiB) was held
-   outside PyTorch (CUDA context, NCCL, cuBLAS): :data:`SEED_RUNTIME_OVERHEAD_MIB`.
-   ``F0 = 97,887 - 1,517 = 96,370 MiB``.
-2. Bytes per token. The KV pool held ~370K tokens at 0.85 and ~498K at 0.92. Subtracting the two
-   ``F0*f - W = tokens * c`` equations: ``0.07 * F0 = 128K * c`` so ``c = 55,262 B/token``. The
-   formula for GLM-5 (78 layers, kv_lora_rank 512, qk_rope_head_dim 64, DSA index_head_dim 128)
-   with an fp8 cache gives ``(512+64)*78*1 + (128 + 128//128*4)*78*1 = 55,224 B`` - within 0.07 %
-   of the seeds (bf16 would be 100,152 B and cannot fit the seed numbers). That is what the pinned
-   sglang does for ``--kv-cache-dtype auto`` on a DSA model on SM >= 10 (``server_args.py:1430``).
-3. Weights (the load's footprint per GPU). ``W = 0.85 * F0 - 370K * c`` = 60.95 GiB
-   (:data:`SEED_WEIGHTS_GIB_PER_GPU`). The checkpoint's share (≈400 GB / 8 = 46.6 GiB) is smaller:
-   replicated layers and load-time buffers count too, so a safetensors index gives a lower bound.
-   Weights only move ``kv_tokens``; whether a fraction is *safe* does not depend on them.
-4. CUDA graphs. At 0.92 the pool left ``0.08 * F0 = 7,710 MiB``; after capturing bs 1..64 about
-   5.2 GiB stayed free, so the start held ≈ 2,385 MiB there. 548 MiB of it is not graphs but the fp8
-   conversion copy of 8. (498K pool tokens x 1,152 B); the rest, 1,837 MiB, is 28.7 MiB per unit of
-   the largest batch: :data:`GRAPH_MIB_PER_BS` = 29 (38 before the conversion was known).
-5. Activations: not isolated by the seeds; :data:`ACTIVATION_MIB_PER_TOKEN` = 0.25 MiB per prefill
-   token (2 GiB for the default 8192-token chunk) is an estimate, overridable. (GLM-5 at TP 1 on an
-   H200 measured 0.58, 9.: at TP 8 the heads and experts are split eight ways.)
-6. Slack is the one free term, pinned between two observations: 0.92 with graphs up to bs 64 ran,
-   so ``29*64 + 548 + 2048 + slack <= 7,710``; 0.95 with graphs up to bs 8 (``--max-running-requests
-   8``) died in capture, so ``29*8 + 608 + 2048 + slack > 0.05 * F0 = 4,818`` (608 MiB: the larger
-   pool's copy). Hence ``1,931 < slack <= 3,258``: :data:`ALLOCATOR_SLACK_MIB` = 3,072.
-
-7. Per-token buffers outside the pool (measured on a real sglang, tests/fixtures/real-sglang/): the
-   token allocator's int64 free list (``mem_cache/allocator.py``, one entry per page) and, from sglang
-   0.5.17 on (0.5.23, the cu130 lane, too: ``model_executor/runner/eager_runner.py:122``), the eager
-   runner's input buffers sized to ``max(max_total_num_tokens, prefill buffer)`` tokens. Both are
-   allocated after the pool is sized, outside the fraction: 58 B per KV token on an H200 (0.5.17, a
-   2,048-context Llama, page size 1, 102-134 M tokens, three fractions: 8 B + 49.9-50.5 B), so
-   :data:`FREE_LIST_BYTES_PER_PAGE` = 8 and :data:`EAGER_BUFFER_BYTES_PER_TOKEN` = 50 (0.5.10.post1
-   has no eager runner: an over-estimate there). They come off :attr:`Plan.free_after_start_mib`;
-   for the seed model (~0.5 M tokens, pages of 64) they are ~24 MiB, inside the allocator slack, so
-   the safety terms stay as calibrated.
-
-8. flashinfer MLA under an fp8 pool (measured on an H200, sglang 0.5.17, 2026-12-01; the seed box runs
-   this path: 0.5.10.post1 keeps an explicit ``--attention-backend flashinfer`` for GLM-5, runs it as
-   dense MLA with the DSA indexer skipped, and forces the trtllm NSA backends, i.e. a plain fp8 pool):
-   ``get_key_buffer(layer).to(q.dtype)`` copies the layer's whole KV buffer to bf16 on every call.
-   Memory: the decode graphs held 1.39 GiB with an fp8 pool of 948,175 tokens and 0.86 GiB with
-   449,183 tokens, against 0.38 GiB with a bf16 pool - 1.01 and 0.48 GiB more, the size of one copy
-   ((tokens + 1) x 576 x 2 B) within 1 %: :func:`kv_conversion_bytes_per_token`, a term that grows with
-   the pool and so with the fraction. Time: the median inter-token latency at concurrency 1 was
-   23.8 ms (bf16), 83.0 ms (fp8, 449K tokens) and 147.6 ms (fp8, 948K tokens): 0.1295 us per pool
-   token and step, whatever the batch (:data:`KV_CONVERSION_US_PER_TOKEN_H200`; the plan says so).
-9. GLM-5's own terms at TP 1 (:data:`GLM5_TERMS_TP1_DSA`, :data:`GLM5_TERMS_TP1_MLA`, measured on the
-   H200 with GLM-5's shapes, 8 of 256 experts, dummy weights): KV cells as :func:`kv_cell` computes
-   them (100,152 B bf16 and 61,464 B fp8 packed on the DSA backends, 89,856 / 44,928 B on flashinfer
-   MLA), decode graphs 194 + 5.3 MiB per bs (DSA) and 50 + 5.3 (MLA), prefill activations 0.58 MiB per
-   token. At TP 8 the seed calibration above stays (:func:`glm5_memory_terms`).
-10. EAGLE/MTP (measured on the H200, sglang 0.5.17, GLM-5's shapes, 2026-12-01, 3 steps, top-1, 4 draft
-   tokens): the draft's weights load *before* the pool is sized, so they come out of ``F0 * f`` like the
-   target's (``KV = (F0 * f - W - W_draft) / cell``, the cell grown by the draft's layers: sglang gives
-   the draft a pool of the same tokens). ``W_draft`` is the draft's own embedding, head and ``eh_proj``
-   plus its nextn layer(s) at the target's bytes per layer: :func:`draft_weights_gib` (4.66 GiB
-   predicted for the H200's checkpoint, 4.67 loaded). Its CUDA graphs (target verify, draft decode,
-   draft extend) replace the decode graphs: their memory is a measured multiple of the decode graphs'
-   (:attr:`MemoryTerms.speculative_graph_ratio`); without a measurement sglang's own 4 GiB estimate
-   (:data:`SPECULATIVE_RESERVE_MIB`) stands.
-
-The recommendation keeps :data:`RECOMMENDATION_MARGIN_MIB` (694 MiB, the allocation that failed in
-the seeds' OOM) on top of the outside terms and rounds down to a step of 0.01.
-"""
+sglang sizes its KV pool as ``F0 * f - weights`` (``F0``: the free memory once the CUDA context and NCCL
+are up); what is left, ``F0 * (1 - f)``, must hold the terms outside the pool: CUDA-graph buffers,
+one prefill chunk's activations, the attention backend's buffers, flashinfer MLA's bf16 copy of an fp8
+pool, an EAGLE/MTP draft's graphs, and allocator slack. The KV cell comes from
+:mod:`sglang_deploy.memory.kvcell`. Every constant below is calibrated on the seed box or measured on a
+GPU; docs/performance.md, "How the planner is calibrated", has each term's derivation, source and
+date, numbered as the comments here cite them ("calibration 4")"""
 
 from __future__ import annotations
 
@@ -93,11 +20,23 @@ from sglang_deploy_host import checkpoint as inspector
 from sglang_deploy.lanes import DEFAULT_LANE, PlannerRules, load_lane
 from sglang_deploy.launch.flagtable import LaunchSettings
 from sglang_deploy.memory import architectures
+from sglang_deploy.memory.kvcell import (
+    PlanError,
+    architectures_of,
+    config_int,
+    is_mla,
+    is_nsa,
+    kv_cell,
+    kv_conversion_bytes_per_token,
+    piecewise_cuda_graph_enabled,
+    resolve_dsa_backends,
+    resolve_kv_cache_dtype,
+)
 
 MIB = 1 << 20
 GIB = 1 << 30
 
-# -- calibration constants (derivation in the module docstring) ---------------------------------
+# -- calibration constants (docs/performance.md, "How the planner is calibrated") -------------------
 SEED_GPU_MEMORY_MIB = 97_887
 SEED_TP_SIZE = 8
 SEED_RUNTIME_OVERHEAD_MIB = 1_517
@@ -108,255 +47,23 @@ ACTIVATION_MIB_PER_TOKEN = 0.25
 ALLOCATOR_SLACK_MIB = 3_072
 RECOMMENDATION_MARGIN_MIB = 694
 FRACTION_STEP = 0.01
-# Outside the pool, per KV-pool page and token (docstring, 7.).
+# Outside the pool, per KV-pool page and token (calibration 7).
 FREE_LIST_BYTES_PER_PAGE = 8
 EAGER_BUFFER_BYTES_PER_TOKEN = 50
-# flashinfer MLA under an fp8 pool (docstring, 8.): one layer's whole KV buffer converted to the query's
-# bf16 on every attention call, held while the call runs (captured into the decode graphs' memory).
-KV_CONVERSION_ELEMENT_BYTES = 2
-# What that conversion costs a decode step, per pool token (docstring, 8.): measured on an H200 at
-# 0.1295 us per pool token and step (78 layers; about 1 TB/s, a fifth of the card's bandwidth).
+# What flashinfer MLA's conversion of an fp8 pool costs a decode step, per pool token (calibration 8):
+# measured on an H200 at 0.1295 us per pool token and step (78 layers; about 1 TB/s, a fifth of the
+# card's bandwidth).
 KV_CONVERSION_US_PER_TOKEN_H200 = 0.1295
-# Draft model of EAGLE/MTP, for an architecture without measured terms (docstring, 10.): sglang
+# Draft model of EAGLE/MTP, for an architecture without measured terms (calibration 10): sglang
 # 0.5.10.post1's own estimate of its graphs and buffers, the 4 GiB ``_handle_gpu_memory_settings`` adds
 # for EAGLE (server_args.py:1320-1326).
 SPECULATIVE_RESERVE_MIB = 4096
 # The draft's own embedding, head and eh_proj (the projection of [embedding; hidden]) are BF16 in
-# GLM-5's checkpoints, quantized or not (docstring, 10.).
+# GLM-5's checkpoints, quantized or not (calibration 10).
 DRAFT_DENSE_ELEMENT_BYTES = 2
 
 # sglang 0.5.10.post1 constants (server_args.py dataclass defaults and memory_pool.py:1805-1806).
 SGLANG_MAX_PREFILL_TOKENS_DEFAULT = 16_384
-NSA_QUANT_BLOCK_SIZE = 128
-NSA_INDEX_ELEMENT_SIZE = 1  # index_k_with_scale_buffer_dtype = torch.uint8
-DSA_PAGE_SIZE = 64
-
-# Architectures model_config.py:437-453 treats as MLA; the NSA/DSA list is model_config.py:55-79.
-MLA_ARCHITECTURES = frozenset(
-    {
-        "DeepseekV2ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM",
-        "DeepseekV3ForCausalLMNextN", "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM",
-        "LongcatFlashForCausalLM", "LongcatFlashForCausalLMNextN", "DotsVLMForCausalLM",
-        "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration",
-        "MistralLarge3ForCausalLMEagle", "KimiK25ForConditionalGeneration",
-        "MiniCPM3ForCausalLM", "DeepseekVL2ForCausalLM", "KimiVLForConditionalGeneration",
-        "KimiLinearForCausalLM", "BailingMoeV2_5ForCausalLM", "BailingMoeForCausalLMNextN",
-        "SarvamMLAForCausalLM",
-    }
-)
-NSA_ARCHITECTURES = frozenset(
-    {
-        "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV3ForCausalLMNextN",
-        "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration", "GlmMoeDsaForCausalLM",
-    }
-)
-# model_config.py:1352 piecewise_cuda_graph_disabled_model_archs
-PIECEWISE_DISABLED_ARCHITECTURES = frozenset(
-    {"DeepseekV32ForCausalLM", "Qwen3NextForCausalLM", "GlmMoeDsaForCausalLM",
-     "BailingMoeV2_5ForCausalLM", "LLaDAModelLM"}
-)
-
-# Bytes per element of each --kv-cache-dtype (model_runner.py:1902 configure_kv_cache_dtype).
-_DTYPE_BYTES = {
-    "bfloat16": 2, "bf16": 2, "float16": 2, "half": 2, "fp16": 2, "float32": 4, "float": 4,
-    "fp8_e4m3": 1, "fp8_e5m2": 1, "fp4_e2m1": 1,
-}
-
-
-class PlanError(ValueError):
-    """Inputs the planner cannot work with; the message says which and how to fix it."""
-
-
-# -- KV cell size ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class KvCell:
-    """Bytes one token takes in the KV pool of one GPU, and how they were computed."""
-
-    bytes_per_token: int
-    attention: str  # "MHA", "MLA" or "MLA+DSA"
-    kv_cache_dtype: str  # the dtype sglang resolves "auto" to
-    formula: str
-    page_size: int = 1
-
-
-def resolve_kv_cache_dtype(
-    kv_cache_dtype: str,
-    config: Mapping[str, Any],
-    *,
-    sm_major: int | None = None,
-    hf_quant_config: Mapping[str, Any] | None = None,
-) -> str:
-    """What sglang 0.5.10.post1 turns ``--kv-cache-dtype`` into for this model and GPU.
-
-    DSA models on CUDA: ``auto`` -> ``fp8_e4m3`` on SM >= 10 else ``bfloat16``
-    (``server_args.py:1430-1437``). Otherwise ``auto`` -> fp8 when the checkpoint's quantization
-    says ``kv_cache_quant_algo: FP8`` (``model_runner.py:1903-1919``), else the model dtype.
-    """
-    dtype = kv_cache_dtype.lower()
-    if dtype != "auto":
-        if dtype not in _DTYPE_BYTES:
-            raise PlanError(
-                f"--kv-cache-dtype {kv_cache_dtype!r} is not one sglang 0.5.10.post1 knows "
-                f"(auto, {', '.join(sorted(_DTYPE_BYTES))})"
-            )
-        return "bfloat16" if dtype == "bf16" else dtype
-    if _is_nsa(config):
-        if sm_major is None:
-            raise PlanError(
-                "--kv-cache-dtype auto on a DSA model depends on the GPU (fp8_e4m3 on SM >= 10, "
-                "bfloat16 below). Fix: pass --sm-major (12 for RTX PRO 6000 Blackwell) or "
-                "--gpu-facts, or set --kv-cache-dtype explicitly."
-            )
-        return "fp8_e4m3" if sm_major >= 10 else "bfloat16"
-    if _kv_cache_quant_algo(config, hf_quant_config) == "FP8":
-        return "fp8_e4m3"
-    torch_dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
-    return {"float16": "float16", "float32": "float32"}.get(torch_dtype, "bfloat16")
-
-
-# -- DSA backends and the KV layout they imply ------------------------------------------------------
-# The pool layout of a DSA model follows the DSA backends, not only the dtype
-# (``calculate_mla_kv_cache_dim``: 0.5.10.post1 ``model_runner_kv_cache_mixin.py:240-285``, 0.5.17
-# ``mem_cache/kv_cache_configurator.py:1985-2036``): with ``trtllm`` for either phase the cell is the
-# plain 576 elements; otherwise an fp8 pool is FlashMLA's packed layout, 512 fp8 + 4 B of scale per 128
-# + the 64 rope values kept in bf16 = 656 B per layer. bf16 is always plain.
-DSA_PACKED_ROPE_BYTES = 2  # DSATokenToKVPool.rope_storage_dtype = torch.bfloat16
-# sglang versions whose DSA defaults differ: 0.5.10.post1 (the cu128 lane) forces trtllm for an fp8
-# pool on SM >= 10 whatever the flags say (server_args.py:1464-1467); from 0.5.17 on the flags are kept
-# and only unset backends are chosen (arg_groups/overrides.py _dsa_split_backend_resolution).
-_DSA_FLAGS_KEPT_FROM = (0, 5, 17)
-
-
-@dataclass(frozen=True)
-class DsaBackends:
-    """The DSA prefill/decode backends sglang runs with, and why (for the plan's notes)."""
-
-    prefill: str
-    decode: str
-    why: str
-
-    @property
-    def plain_layout(self) -> bool:
-        return "trtllm" in (self.prefill, self.decode)
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    parts = []
-    for part in version.split(".")[:3]:
-        digits = "".join(ch for ch in part if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
-
-
-def resolve_dsa_backends(
-    kv_cache_dtype: str,
-    prefill: str | None,
-    decode: str | None,
-    *,
-    sm_major: int,
-    sglang_version: str,
-    architecture: str = "",
-) -> DsaBackends:
-    """The backends sglang ``sglang_version`` picks for a DSA model with this resolved KV dtype
-    (``fp8_e4m3`` or ``bfloat16``) and these ``--nsa-/--dsa-*-backend`` flags (None = unset)."""
-    fp8 = kv_cache_dtype.startswith("fp8")
-    if _version_tuple(sglang_version) < _DSA_FLAGS_KEPT_FROM:
-        if fp8 and sm_major >= 10:
-            return DsaBackends("trtllm", "trtllm", f"sglang {sglang_version} forces trtllm for an fp8 pool on SM >= 10")
-        default = ("flashmla_sparse", "trtllm" if sm_major >= 10 else "fa3") if not fp8 else ("flashmla_kv", "flashmla_kv")
-    elif fp8:
-        if sm_major >= 12 and architecture == "GlmMoeDsaForCausalLM":
-            default = ("flashinfer_sparse_mla", "flashinfer_sparse_mla")
-        else:
-            default = ("trtllm", "trtllm") if sm_major >= 10 else ("flashmla_kv", "flashmla_kv")
-    else:
-        default = ("flashmla_sparse", "trtllm" if sm_major >= 10 else "fa3")
-    chosen = (prefill or default[0], decode or default[1])
-    why = "the flags" if prefill and decode else f"sglang {sglang_version}'s default for the unset ones"
-    return DsaBackends(chosen[0], chosen[1], why)
-
-
-def kv_cell(
-    config: Mapping[str, Any],
-    kv_cache_dtype: str = "auto",
-    *,
-    tp_size: int = 1,
-    sm_major: int | None = None,
-    hf_quant_config: Mapping[str, Any] | None = None,
-    dsa_backends: DsaBackends | None = None,
-    draft_layers: int = 0,
-) -> KvCell:
-    """Per-token KV cell size as sglang computes it (0.5.10.post1 ``get_cell_size_per_token``,
-    0.5.17 ``PoolConfigurator._compute_cell_size``) for the target model (no hybrid SWA/mamba
-    layers, attention TP = ``tp_size``). ``dsa_backends``: what :func:`resolve_dsa_backends` found
-    (None: plain layout, as with trtllm). ``draft_layers``: an EAGLE/MTP draft's layers, whose pool
-    has the same tokens (the cell grows by ``draft_layers / layers``)."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
-    assert isinstance(text, Mapping)
-    dtype = resolve_kv_cache_dtype(
-        kv_cache_dtype, config, sm_major=sm_major, hf_quant_config=hf_quant_config
-    )
-    elem = _DTYPE_BYTES[dtype]
-    fp4 = dtype == "fp4_e2m1"
-    layers = _int(text, "num_hidden_layers")
-    if _is_mla(config):
-        rank, rope = _int(text, "kv_lora_rank"), _int(text, "qk_rope_head_dim")
-        packed = (
-            _is_nsa(config) and dtype.startswith("fp8") and dsa_backends is not None
-            and not dsa_backends.plain_layout
-        )  # fmt: skip
-        if packed:
-            per_layer = rank + rank // NSA_QUANT_BLOCK_SIZE * 4 + rope * DSA_PACKED_ROPE_BYTES
-            cell = per_layer * layers
-            formula = f"({rank}+{rank}//{NSA_QUANT_BLOCK_SIZE}*4+{rope}*{DSA_PACKED_ROPE_BYTES})*{layers}"
-        else:
-            cell = (rank + rope) * layers * elem
-            formula = f"({rank}+{rope})*{layers}*{elem}"
-        if fp4:  # kv_scale_buffer: fp4 packs two values per byte plus one scale per 16
-            cell = cell // 2 + ((rank + rope) // 16) * layers * elem
-            formula = f"({formula})//2 + (({rank}+{rope})//16)*{layers}*{elem}"
-        attention, page = "MLA", 1
-        if _is_nsa(config):
-            index_dim = _int(text, "index_head_dim")
-            per_token = index_dim + index_dim // NSA_QUANT_BLOCK_SIZE * 4
-            cell += per_token * layers * NSA_INDEX_ELEMENT_SIZE
-            formula += (
-                f" + ({index_dim}+{index_dim}//{NSA_QUANT_BLOCK_SIZE}*4)*{layers}"
-                f"*{NSA_INDEX_ELEMENT_SIZE}"
-            )
-            attention, page = "MLA+DSA", DSA_PAGE_SIZE
-            if dsa_backends is not None:
-                attention += f" ({'packed' if packed else 'plain'} layout: {dsa_backends.prefill}/{dsa_backends.decode})"
-    else:
-        heads = _int(text, "num_attention_heads")
-        head_dim = int(text.get("head_dim") or _int(text, "hidden_size") // heads)
-        v_head_dim = int(text.get("v_head_dim") or head_dim)
-        kv_heads = max(1, int(text.get("num_key_value_heads") or heads) // tp_size)
-        cell = kv_heads * (head_dim + v_head_dim) * layers * elem
-        formula = f"{kv_heads}*({head_dim}+{v_head_dim})*{layers}*{elem}"
-        if fp4:
-            cell = cell // 2 + (kv_heads * head_dim * layers * 2 * elem) // 16
-            formula = f"({formula})//2 + ({kv_heads}*{head_dim}*{layers}*2*{elem})//16"
-        attention, page = "MHA", 1
-    if draft_layers:
-        cell = int(cell * (1 + draft_layers / layers))
-        formula = f"({formula}) * (1 + {draft_layers}/{layers})"
-    return KvCell(cell, attention, dtype, formula, page)
-
-
-def kv_conversion_bytes_per_token(
-    config: Mapping[str, Any], kv_cache_dtype: str, attention_backend: str | None
-) -> int:
-    """Bytes per pool token that flashinfer MLA holds outside the pool under an fp8 pool (docstring,
-    8.): ``get_key_buffer(layer).to(q.dtype)`` in ``flashinfer_mla_backend.py`` (0.5.10.post1 :639,
-    0.5.17 :660, 0.5.23 :822) copies the layer's whole buffer, ``kv_lora_rank + qk_rope_head_dim``
-    bf16 values per token. 0 for any other backend, a bf16 pool or a model without MLA."""
-    if attention_backend != "flashinfer" or not kv_cache_dtype.startswith("fp8") or not _is_mla(config):
-        return 0
-    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
-    assert isinstance(text, Mapping)
-    return (_int(text, "kv_lora_rank") + _int(text, "qk_rope_head_dim")) * KV_CONVERSION_ELEMENT_BYTES
-
 
 # -- an architecture's memory terms, measured -------------------------------------------------------
 @dataclass(frozen=True)
@@ -369,18 +76,18 @@ class MemoryTerms:
     attention_workspace_mib: float
     source: str
     # EAGLE/MTP: the memory of its graphs (target verify + draft decode + draft extend) over the decode
-    # graphs' of the same launch without it (docstring, 10.); None: not measured.
+    # graphs' of the same launch without it (calibration 10); None: not measured.
     speculative_graph_ratio: float | None = None
 
 
 _H200_RUN = "tests/fixtures/real-sglang/h200-glm5-arch-0.5.17 (one H200, sglang 0.5.17, TP 1, measured 2026-12-01)"
-# GLM-5's architecture (78 layers, 8 of 256 experts, dummy BF16 weights) on the H200 (docstring, 9.):
+# GLM-5's architecture (78 layers, 8 of 256 experts, dummy BF16 weights) on the H200 (calibration 9):
 # decode graphs for bs 1..64 took 0.52 GiB and for bs 1..128 0.85 GiB on the DSA backends (a line:
 # 194 MiB + 5.3 MiB per bs); 0.38 GiB for bs 1..64 on flashinfer MLA with a bf16 pool (50 + 5.3 per bs);
 # a prefill of 8,192 tokens left 4,602 MiB more reserved than the idle server (0.56 MiB per token; 0.58
 # between 1,024 and 8,192 tokens); between the pool and the first capture the attention backend took
 # 0.12 GiB (DSA) and 0.51-0.55 GiB (flashinfer MLA: its workspace and plan buffers).
-# EAGLE/MTP, 3 steps, top-1, 4 draft tokens, bs 1..64 (docstring, 10.; the *-mtp starts of the same
+# EAGLE/MTP, 3 steps, top-1, 4 draft tokens, bs 1..64 (calibration 10; the *-mtp starts of the same
 # folder): DSA target verify 1.21 + draft decode 0.35 + draft extend 0.53 = 2.09 GiB
 # against 0.52 GiB of decode graphs without MTP (4.02x); flashinfer MLA 0.93 + 0.85 (its draft extend
 # captures no graphs) = 1.78 GiB against 0.38 (4.68x).
@@ -390,7 +97,7 @@ GLM5_TERMS_TP1_DSA = MemoryTerms(194.0, 5.3, 0.58, 123.0, _H200_RUN, GLM5_MTP_GR
 GLM5_TERMS_TP1_MLA = MemoryTerms(
     50.0, 5.3, 0.58, 522.0, _H200_RUN + "; activations from the DSA start", GLM5_MTP_GRAPH_RATIO_MLA
 )
-# The seed box (8x RTX PRO 6000, SM120, TP 8, sglang 0.5.10.post1): the calibration above (1.-6., 8.);
+# The seed box (8x RTX PRO 6000, SM120, TP 8, sglang 0.5.10.post1): calibrations 1-6 and 8;
 # its attention workspace is inside the graph term there (what 0.92 left was measured after both). MTP
 # there is unmeasured: the TP 1 ratio of its path (flashinfer MLA) on its graph term, an extrapolation.
 GLM5_TERMS_TP8_SEED = MemoryTerms(
@@ -427,12 +134,12 @@ def architecture_inputs(
     dtype = resolve_kv_cache_dtype(launch.kv_cache_dtype or "auto", config, sm_major=sm_major)
     backends = None
     notes: list[str] = []
-    if _is_nsa(config):
+    if is_nsa(config):
         if sm_major is None:
             raise PlanError("a DSA model's KV layout depends on the GPU: give sm_major (12 for RTX PRO 6000 Blackwell)")
         backends = resolve_dsa_backends(
             dtype, launch.dsa_prefill_backend, launch.dsa_decode_backend, sm_major=sm_major,
-            sglang_version=sglang_version, architecture=_architectures(config)[0],
+            sglang_version=sglang_version, architecture=architectures_of(config)[0],
         )  # fmt: skip
         notes.append(f"DSA backends {backends.prefill}/{backends.decode} ({backends.why})")
     text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
@@ -440,14 +147,14 @@ def architecture_inputs(
     draft = 0
     if _speculative(launch.speculative_algorithm):
         # sglang: the draft's layers are num_nextn_predict_layers, or all of them when the config has none.
-        draft = int(text.get("num_nextn_predict_layers") or _int(text, "num_hidden_layers"))
+        draft = int(text.get("num_nextn_predict_layers") or config_int(text, "num_hidden_layers"))
     cell = kv_cell(config, dtype, tp_size=tp, sm_major=sm_major, dsa_backends=backends, draft_layers=draft)
     notes.append(f"KV cell {cell.attention}, {cell.kv_cache_dtype}: {cell.formula} = {cell.bytes_per_token:,} B/token")
     conversion = kv_conversion_bytes_per_token(config, dtype, attention)
     values: dict[str, Any] = {
         "kv_bytes_per_token": cell.bytes_per_token,
         "page_size": cell.page_size,
-        "mla_backend": _is_mla(config),
+        "mla_backend": is_mla(config),
         "piecewise_cuda_graph": piecewise_cuda_graph_enabled(config),
         "kv_conversion_bytes_per_token": conversion,
     }
@@ -456,7 +163,7 @@ def architecture_inputs(
     if draft:
         values.update(_draft_inputs(text, draft, tp))
         notes.append(
-            f"EAGLE/MTP draft: {draft} of {_int(text, 'num_hidden_layers')} layers, its embedding and head "
+            f"EAGLE/MTP draft: {draft} of {config_int(text, 'num_hidden_layers')} layers, its embedding and head "
             f"{values['draft_embedding_gib_per_gpu']:.3f} GiB and eh_proj {values['draft_projection_gib_per_gpu']:.3f} "
             "GiB per GPU in BF16, loaded inside the fraction before the pool"
         )
@@ -469,7 +176,7 @@ def architecture_inputs(
                 "GiB (plan --checkpoint reads the real bytes)"
             )
     if architecture == "glm-5":
-        terms = glm5_memory_terms(tp, dsa_attention=_is_nsa(config) and attention in (None, "dsa", "nsa"))
+        terms = glm5_memory_terms(tp, dsa_attention=is_nsa(config) and attention in (None, "dsa", "nsa"))
         values.update(graph_fixed_mib=terms.graph_fixed_mib, graph_mib_per_bs=terms.graph_mib_per_bs,
                       activation_mib_per_token=terms.activation_mib_per_token,
                       attention_workspace_mib=terms.attention_workspace_mib)  # fmt: skip
@@ -485,13 +192,13 @@ def architecture_inputs(
 
 
 def _draft_inputs(text: Mapping[str, Any], draft_layers: int, tp_size: int) -> dict[str, float]:
-    """The draft's weight terms (docstring, 10.): embedding and head split over the TP ranks (sglang's
+    """The draft's weight terms (calibration 10): embedding and head split over the TP ranks (sglang's
     vocab-parallel layers), eh_proj ([embedding; hidden] -> hidden) on every rank, in BF16."""
-    hidden, vocab = _int(text, "hidden_size"), _int(text, "vocab_size")
+    hidden, vocab = config_int(text, "hidden_size"), config_int(text, "vocab_size")
     return {
         "draft_embedding_gib_per_gpu": 2 * vocab * hidden * DRAFT_DENSE_ELEMENT_BYTES / tp_size / GIB,
         "draft_projection_gib_per_gpu": 2 * hidden * hidden * DRAFT_DENSE_ELEMENT_BYTES / GIB,
-        "draft_layer_share": draft_layers / _int(text, "num_hidden_layers"),
+        "draft_layer_share": draft_layers / config_int(text, "num_hidden_layers"),
     }
 
 
@@ -668,7 +375,7 @@ class PlanInputs:
     enable_dp_attention: bool = False
     dp_size: int = 1
     speculative_algorithm: str | None = None
-    # EAGLE/MTP's draft (docstring, 10.): what it loads per GPU when known (a start log's second "Load
+    # EAGLE/MTP's draft (calibration 10): what it loads per GPU when known (a start log's second "Load
     # weight end"); else estimated from its embedding and head (BF16, released for the target's after the
     # load), its eh_proj and its share of the target's layers.
     draft_weights_gib_per_gpu: float | None = None
@@ -865,7 +572,7 @@ def _speculative(algorithm: str | None) -> bool:
 
 
 def draft_weights_gib(inputs: PlanInputs) -> float:
-    """GiB per GPU an EAGLE/MTP draft loads before the pool is sized (docstring, 10.): the given
+    """GiB per GPU an EAGLE/MTP draft loads before the pool is sized (calibration 10): the given
     figure, else its embedding and head, its eh_proj and its share of the target's layers (the target's
     weights less their own embedding and head); 0 without a draft or without the target's weights."""
     if not _speculative(inputs.speculative_algorithm):
@@ -879,7 +586,7 @@ def draft_weights_gib(inputs: PlanInputs) -> float:
 
 
 def conversion_note(pool_tokens: int) -> str:
-    """What the fp8-pool conversion of flashinfer MLA costs a decode step (docstring, 8.)."""
+    """What the fp8-pool conversion of flashinfer MLA costs a decode step (calibration 8)."""
     step_ms = pool_tokens * KV_CONVERSION_US_PER_TOKEN_H200 / 1000
     return (
         f"SLOW: --kv-cache-dtype fp8 with --attention-backend flashinfer on this MLA model converts the whole "
@@ -1026,48 +733,6 @@ def _check_inputs(inputs: PlanInputs) -> None:
 
 def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
-
-
-# -- model files ----------------------------------------------------------------------------------
-def _architectures(config: Mapping[str, Any]) -> list[str]:
-    return list(config.get("architectures") or [])
-
-
-def _is_mla(config: Mapping[str, Any]) -> bool:
-    return any(a in MLA_ARCHITECTURES for a in _architectures(config))
-
-
-def _is_nsa(config: Mapping[str, Any]) -> bool:
-    """``is_deepseek_nsa``: the first architecture is a DSA one and ``index_topk`` is set."""
-    archs = _architectures(config)
-    return bool(archs) and archs[0] in NSA_ARCHITECTURES and config.get("index_topk") is not None
-
-
-def piecewise_cuda_graph_enabled(config: Mapping[str, Any]) -> bool:
-    """``_handle_piecewise_cuda_graph`` item 1 (model arch); other items depend on flags."""
-    archs = _architectures(config)
-    return not (any(a in PIECEWISE_DISABLED_ARCHITECTURES for a in archs) or _is_nsa(config))
-
-
-def _kv_cache_quant_algo(
-    config: Mapping[str, Any], hf_quant_config: Mapping[str, Any] | None
-) -> str | None:
-    for source in (hf_quant_config, config.get("quantization_config")):
-        if not isinstance(source, Mapping):
-            continue
-        nested = source.get("quantization")
-        for part in (source, nested if isinstance(nested, Mapping) else {}):
-            algo = part.get("kv_cache_quant_algo")
-            if isinstance(algo, str):
-                return algo.upper()
-    return None
-
-
-def _int(config: Mapping[str, Any], key: str) -> int:
-    value = config.get(key)
-    if value is None:
-        raise PlanError(f"config.json has no {key!r}: the planner needs it for the KV cell size")
-    return int(value)
 
 
 # -- launch flags ---------------------------------------------------------------------------------

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from sglang_deploy import bench, cli
+from sglang_deploy import cli
+from sglang_deploy.bench import comparison as bench_comparison
+from sglang_deploy.bench import runs as bench_runs
 from sglang_deploy_host import bench as host_bench
 
 KEY = "bench-unit-test-key-7f3a"
@@ -159,7 +161,7 @@ def _record(concurrency: int, output: float, total: float, **extra: Any) -> dict
             **extra}  # fmt: skip
 
 
-def _run(points: dict[int, tuple[float, float]], failed: tuple[int, ...] = ()) -> bench.Run:
+def _run(points: dict[int, tuple[float, float]], failed: tuple[int, ...] = ()) -> bench_runs.Run:
     steps = [
         {"concurrency": c, "num_prompts": 5 * c, "ok": c not in failed, "failed_requests": 3 if c in failed else 0,
          "problem": "3 of 40 requests failed" if c in failed else None, "error_samples": ["Internal Server Error: x"] if c in failed else [],
@@ -170,56 +172,56 @@ def _run(points: dict[int, tuple[float, float]], failed: tuple[int, ...] = ()) -
             "settings": {"backend": "sglang", "input_len": 1024, "output_len": 512, "seed": 1, "warmup_requests": None,
                          "prompts_per_concurrency": 5, "step_timeout": 3600.0},
             "flags": {"tp-size": "8", "api-key": {"env": "SGLANG_API_KEY"}, "trust-remote-code": True}}  # fmt: skip
-    return bench.Run(meta=meta, steps=steps)
+    return bench_runs.Run(meta=meta, steps=steps)
 
 
 def test_the_shipped_seed_figures_load_and_say_their_lengths_are_unknown() -> None:
-    seed = bench.load_baseline("seed-004")
+    seed = bench_runs.load_baseline("seed-004")
     assert seed.points == {16: {"output_throughput": 50.0}, 32: {"output_throughput": 144.0, "total_throughput": 304.0},
                            64: {"output_throughput": 225.0, "total_throughput": 516.0}}  # fmt: skip
     assert (seed.input_len, seed.output_len) == (None, None)
-    assert "direction" in (bench.check_lengths(seed, 1024, 512) or "")
-    assert "seed-004" in bench.shipped_baselines()
+    assert "direction" in (bench_runs.check_lengths(seed, 1024, 512) or "")
+    assert "seed-004" in bench_runs.shipped_baselines()
 
 
 def test_the_verdict_is_new_over_baseline_per_shared_concurrency() -> None:
-    seed = bench.load_baseline("seed-004")
-    verdict = bench.compare(_run({1: (30.0, 90.0), 16: (44.0, 120.0), 64: (900.0, 2700.0)}), seed, 0.10)
+    seed = bench_runs.load_baseline("seed-004")
+    verdict = bench_runs.compare(_run({1: (30.0, 90.0), 16: (44.0, 120.0), 64: (900.0, 2700.0)}), seed, 0.10)
     assert [(c.concurrency, c.metric, round(c.ratio, 2)) for c in verdict.comparisons] == [
         (16, "output_throughput", 0.88), (64, "output_throughput", 4.0), (64, "total_throughput", 5.23)]  # fmt: skip
     assert [(c.concurrency, c.metric) for c in verdict.regressions] == [(16, "output_throughput")]
-    assert bench.compare(_run({16: (45.0, 120.0)}), seed, 0.10).regressions == []  # 0.90 is the threshold itself
+    assert bench_runs.compare(_run({16: (45.0, 120.0)}), seed, 0.10).regressions == []  # 0.90 is the threshold itself
 
 
 def test_a_failed_step_is_not_compared_and_fails_the_run() -> None:
     run = _run({16: (10.0, 30.0), 64: (900.0, 2700.0)}, failed=(16,))
-    verdict = bench.compare(run, bench.load_baseline("seed-004"), 0.10)
+    verdict = bench_runs.compare(run, bench_runs.load_baseline("seed-004"), 0.10)
     assert {c.concurrency for c in verdict.comparisons} == {64}
     run.verdict = verdict
-    assert bench.overall(run).startswith("FAILED (concurrency 16: 3 of 40 requests failed")
+    assert bench_runs.overall(run).startswith("FAILED (concurrency 16: 3 of 40 requests failed")
 
 
 def test_nothing_in_common_with_the_baseline_is_refused_or_no_verdict() -> None:
     run = _run({1: (1.0, 2.0), 2: (2.0, 4.0)})
-    with pytest.raises(bench.BenchInputError, match=r"concurrencies \[16, 32, 64\].*measured \[1, 2\]") as err:
-        bench.compare(run, bench.load_baseline("seed-004"), 0.1)
+    with pytest.raises(bench_runs.BenchInputError, match=r"concurrencies \[16, 32, 64\].*measured \[1, 2\]") as err:
+        bench_runs.compare(run, bench_runs.load_baseline("seed-004"), 0.1)
     run.verdict_problem = str(err.value)
-    assert bench.overall(run).startswith("NO VERDICT (baseline seed-004 has concurrencies")
+    assert bench_runs.overall(run).startswith("NO VERDICT (baseline seed-004 has concurrencies")
 
 
 def test_a_previous_run_is_a_baseline_and_other_lengths_are_refused(tmp_path: Path) -> None:
-    bench.write_run(tmp_path / "old", _run({8: (400.0, 1200.0), 64: (1000.0, 3000.0)}))
+    bench_runs.write_run(tmp_path / "old", _run({8: (400.0, 1200.0), 64: (1000.0, 3000.0)}))
     for spec in (tmp_path / "old", tmp_path / "old" / "sweep.json", tmp_path / "old" / "results.jsonl"):
-        old = bench.load_baseline(str(spec))
+        old = bench_runs.load_baseline(str(spec))
         assert old.points[64] == {"output_throughput": 1000.0, "total_throughput": 3000.0}
         assert (old.input_len, old.output_len) == (1024, 512)
-        assert bench.check_lengths(old, 1024, 512) is None
-    with pytest.raises(bench.BenchInputError, match="1024 input / 512 output.*--input-len 1024 --output-len 512"):
-        bench.check_lengths(old, 128, 64)
+        assert bench_runs.check_lengths(old, 1024, 512) is None
+    with pytest.raises(bench_runs.BenchInputError, match="1024 input / 512 output.*--input-len 1024 --output-len 512"):
+        bench_runs.check_lengths(old, 128, 64)
     regressed = _run({8: (400.0, 1200.0), 64: (850.0, 2550.0)})
-    regressed.verdict = bench.compare(regressed, old, 0.10)
-    assert bench.overall(regressed).startswith("REGRESSION against")
-    assert "0.85x" in bench.overall(regressed)
+    regressed.verdict = bench_runs.compare(regressed, old, 0.10)
+    assert bench_runs.overall(regressed).startswith("REGRESSION against")
+    assert "0.85x" in bench_runs.overall(regressed)
 
 
 # --- the report files ------------------------------------------------------------------------------------
@@ -231,8 +233,8 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 def test_a_run_is_written_as_jsonl_table_and_plot_and_reads_back(tmp_path: Path) -> None:
     run = _run({1: (40.0, 120.0), 8: (300.0, 900.0), 64: (1100.0, 3300.0)}, failed=(8,))
-    run.verdict = bench.compare(run, bench.load_baseline("seed-004"), 0.10)
-    paths = bench.write_run(tmp_path / "run", run)
+    run.verdict = bench_runs.compare(run, bench_runs.load_baseline("seed-004"), 0.10)
+    paths = bench_runs.write_run(tmp_path / "run", run)
     records = [json.loads(line) for line in paths["results.jsonl"].read_text().splitlines()]
     assert [r["max_concurrency"] for r in records] == [1, 8, 64] and records[0]["output_throughput"] == 40.0
     sweep = json.loads(paths["sweep.json"].read_text())
@@ -247,13 +249,13 @@ def test_a_run_is_written_as_jsonl_table_and_plot_and_reads_back(tmp_path: Path)
     width, height = _png_size(paths["bench.png"])
     assert width >= 1000 and height >= 400
     assert {oct(p.stat().st_mode & 0o777) for p in paths.values()} == {"0o600"}
-    again = bench.load_run(tmp_path / "run")
+    again = bench_runs.load_run(tmp_path / "run")
     assert [s["record"]["output_throughput"] for s in again.steps] == [40.0, 300.0, 1100.0]
 
 
 def test_a_run_where_nothing_succeeded_still_gets_a_plot_saying_so(tmp_path: Path) -> None:
     run = _run({4: (1.0, 2.0)}, failed=(4,))
-    paths = bench.write_run(tmp_path / "run", run)
+    paths = bench_runs.write_run(tmp_path / "run", run)
     assert _png_size(paths["bench.png"])[0] > 0
     assert "FAILED" in paths["report.md"].read_text()
 
@@ -333,7 +335,7 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], message: str, tokeniz
 
 
 # --- --compare: two runs side by side ----------------------------------------------------------------------
-def _latency_run(points: dict[int, tuple[float, float]], failed: tuple[int, ...] = ()) -> bench.Run:
+def _latency_run(points: dict[int, tuple[float, float]], failed: tuple[int, ...] = ()) -> bench_runs.Run:
     """_run with latencies: ITL grows with the batch, TTFT with the queue."""
     run = _run(points, failed)
     for step in run.steps:
@@ -345,15 +347,15 @@ def _latency_run(points: dict[int, tuple[float, float]], failed: tuple[int, ...]
 
 
 def test_compare_shows_b_over_a_per_concurrency_and_judges_output_throughput(tmp_path: Path) -> None:
-    bench.write_run(tmp_path / "a", _latency_run({1: (30.0, 90.0), 16: (300.0, 900.0), 64: (800.0, 2400.0)}))
-    bench.write_run(tmp_path / "b", _latency_run({1: (33.0, 99.0), 16: (450.0, 1350.0), 64: (1600.0, 4800.0)}))
-    comparison = bench.compare_sides(bench.load_side(str(tmp_path / "a")), bench.load_side(str(tmp_path / "b")), 0.10)
+    bench_runs.write_run(tmp_path / "a", _latency_run({1: (30.0, 90.0), 16: (300.0, 900.0), 64: (800.0, 2400.0)}))
+    bench_runs.write_run(tmp_path / "b", _latency_run({1: (33.0, 99.0), 16: (450.0, 1350.0), 64: (1600.0, 4800.0)}))
+    comparison = bench_comparison.compare_sides(bench_comparison.load_side(str(tmp_path / "a")), bench_comparison.load_side(str(tmp_path / "b")), 0.10)
     assert [(c, round(r, 2)) for c, r in comparison.judged()] == [(1, 1.1), (16, 1.5), (64, 2.0)]
     assert comparison.faster == [16, 64] and comparison.slower == [] and comparison.ok
     assert comparison.verdict().startswith("B is FASTER at 16, 64 (output throughput B/A: 1.10x at 1, 1.50x at 16, 2.00x at 64")
     row64 = comparison.rows[-1]
     assert row64.ratio("median_itl_ms") == pytest.approx(0.5) and row64.ratio("total_throughput") == pytest.approx(2.0)
-    paths = bench.write_comparison(tmp_path / "cmp", comparison)
+    paths = bench_comparison.write_comparison(tmp_path / "cmp", comparison)
     report = paths["compare.md"].read_text()
     assert "| 64 | 800.0 / 1,600.0 (2.00x) | 2,400.0 / 4,800.0 (2.00x) |" in report
     assert json.loads(paths["compare.json"].read_text())["rows"][2]["output_throughput_ratio"] == pytest.approx(2.0)
@@ -362,31 +364,31 @@ def test_compare_shows_b_over_a_per_concurrency_and_judges_output_throughput(tmp
 
 
 def test_compare_calls_b_slower_mixed_or_failed_and_the_exit_status_follows() -> None:
-    a = bench.side_of_run(Path("a"), _latency_run({1: (30.0, 90.0), 64: (800.0, 2400.0)}))
-    slower = bench.compare_sides(a, bench.side_of_run(Path("b"), _latency_run({1: (30.0, 90.0), 64: (600.0, 1800.0)})))
+    a = bench_comparison.side_of_run(Path("a"), _latency_run({1: (30.0, 90.0), 64: (800.0, 2400.0)}))
+    slower = bench_comparison.compare_sides(a, bench_comparison.side_of_run(Path("b"), _latency_run({1: (30.0, 90.0), 64: (600.0, 1800.0)})))
     assert slower.slower == [64] and not slower.ok and slower.verdict().startswith("B is SLOWER at 64")
-    mixed = bench.compare_sides(a, bench.side_of_run(Path("b"), _latency_run({1: (40.0, 120.0), 64: (600.0, 1800.0)})))
+    mixed = bench_comparison.compare_sides(a, bench_comparison.side_of_run(Path("b"), _latency_run({1: (40.0, 120.0), 64: (600.0, 1800.0)})))
     assert mixed.verdict().startswith("MIXED: B is faster at 1 and slower at 64")
-    failed = bench.compare_sides(a, bench.side_of_run(Path("b"), _latency_run({1: (30.0, 90.0), 64: (10.0, 30.0)}, failed=(64,))))
+    failed = bench_comparison.compare_sides(a, bench_comparison.side_of_run(Path("b"), _latency_run({1: (30.0, 90.0), 64: (10.0, 30.0)}, failed=(64,))))
     assert failed.b_failed == [64] and not failed.ok and "B FAILED at concurrency 64" in failed.verdict()
-    assert bench.compare_sides(a, a).verdict().startswith("SAME within +-10%")
+    assert bench_comparison.compare_sides(a, a).verdict().startswith("SAME within +-10%")
 
 
 def test_compare_takes_the_seed_figures_with_a_note_and_refuses_other_lengths(tmp_path: Path) -> None:
-    seed = bench.load_side("seed-004")
-    run = bench.side_of_run(tmp_path, _latency_run({16: (60.0, 180.0), 64: (900.0, 2700.0)}))
-    comparison = bench.compare_sides(seed, run)
+    seed = bench_comparison.load_side("seed-004")
+    run = bench_comparison.side_of_run(tmp_path, _latency_run({16: (60.0, 180.0), 64: (900.0, 2700.0)}))
+    comparison = bench_comparison.compare_sides(seed, run)
     assert [(c, round(r, 1)) for c, r in comparison.judged()] == [(16, 1.2), (64, 4.0)]
     assert comparison.rows[1].ratio("median_itl_ms") is None  # the seed gave no latencies
     assert "seed-004 does not record its input/output lengths" in comparison.notes[0]
-    other = bench.Side("other", "x", {64: {"output_throughput": 1.0}}, {}, 128, 64)
-    with pytest.raises(bench.BenchInputError, match="not the same workload"):
-        bench.compare_sides(run, other)
+    other = bench_comparison.Side("other", "x", {64: {"output_throughput": 1.0}}, {}, 128, 64)
+    with pytest.raises(bench_runs.BenchInputError, match="not the same workload"):
+        bench_comparison.compare_sides(run, other)
 
 
 def test_the_compare_command_writes_the_comparison_and_exits_on_the_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    bench.write_run(tmp_path / "a", _latency_run({16: (300.0, 900.0), 64: (800.0, 2400.0)}))
-    bench.write_run(tmp_path / "b", _latency_run({16: (250.0, 750.0), 64: (700.0, 2100.0)}))
+    bench_runs.write_run(tmp_path / "a", _latency_run({16: (300.0, 900.0), 64: (800.0, 2400.0)}))
+    bench_runs.write_run(tmp_path / "b", _latency_run({16: (250.0, 750.0), 64: (700.0, 2100.0)}))
     assert cli.main(["bench", "--compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "out")]) == 1
     captured = capsys.readouterr()
     assert "B is SLOWER everywhere" in captured.err
@@ -407,16 +409,16 @@ REAL_GLM5 = Path(__file__).resolve().parents[2] / "fixtures" / "real-sglang" / "
 def test_a_speculative_run_that_accepts_about_one_token_is_inert() -> None:
     """glm5-dsa-mtp ran EAGLE with a draft of random weights: sglang reported an acceptance of 1.0 and said
     nothing else; the run's verdict and a comparison with the same launch without MTP both call it INERT."""
-    mtp = bench.load_run(REAL_GLM5 / "glm5-dsa-mtp" / "bench")
+    mtp = bench_runs.load_run(REAL_GLM5 / "glm5-dsa-mtp" / "bench")
     assert [step["record"]["accept_length"] for step in mtp.steps] == [1.0]
-    assert bench.table_rows(mtp)[0][-1] == "1.00"
-    verdict = bench.overall(mtp)
+    assert bench_runs.table_rows(mtp)[0][-1] == "1.00"
+    verdict = bench_runs.overall(mtp)
     assert verdict.startswith("INERT: speculative decoding accepts 1.00 at 1 tokens per step (under 1.1)")
     assert "sglang-deploy checkpoint DIR" in verdict
-    plain = bench.load_run(REAL_GLM5 / "glm5-dsa-bf16" / "bench")
-    assert bench.overall(plain) == "ok" and bench.table_rows(plain)[0][-1] == "-"
-    comparison = bench.compare_sides(bench.load_side(str(REAL_GLM5 / "glm5-dsa-bf16" / "bench")),
-                                     bench.load_side(str(REAL_GLM5 / "glm5-dsa-mtp" / "bench")))  # fmt: skip
+    plain = bench_runs.load_run(REAL_GLM5 / "glm5-dsa-bf16" / "bench")
+    assert bench_runs.overall(plain) == "ok" and bench_runs.table_rows(plain)[0][-1] == "-"
+    comparison = bench_comparison.compare_sides(bench_comparison.load_side(str(REAL_GLM5 / "glm5-dsa-bf16" / "bench")),
+                                     bench_comparison.load_side(str(REAL_GLM5 / "glm5-dsa-mtp" / "bench")))  # fmt: skip
     assert "B is INERT: speculative decoding accepts 1.00 at 1" in comparison.verdict()
     assert comparison.ok is False
     assert comparison.rows[0].cell("accept_length").endswith("/ 1.0")
@@ -425,7 +427,7 @@ def test_a_speculative_run_that_accepts_about_one_token_is_inert() -> None:
 @pytest.mark.parametrize(("accept", "inert"), [(1.0, True), (1.09, True), (1.1, False), (2.3, False), (None, False)])
 def test_inert_is_an_acceptance_under_1_1_and_only_with_a_figure(accept: float | None, inert: bool) -> None:
     points = {8: {"output_throughput": 100.0, "accept_length": accept}}
-    assert bool(bench.inert_points(points)) is inert
+    assert bool(bench_runs.inert_points(points)) is inert
 
 
 def test_the_cli_takes_the_sweeps_defaults_from_the_role_only() -> None:

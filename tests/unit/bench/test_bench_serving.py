@@ -30,7 +30,8 @@ import pytest
 from conftest import ROOT
 from conftest import StandinProcess as Standin
 
-from sglang_deploy import bench, cli
+from sglang_deploy import cli
+from sglang_deploy.bench import runs as bench_runs
 from sglang_deploy.launch import validator_venv
 from sglang_deploy.lanes import DEFAULT_LANE, load_lane
 from sglang_deploy_host import bench as host_bench
@@ -47,7 +48,7 @@ OUTPUT_LEN = 48
 
 @pytest.fixture(scope="module")
 def command() -> list[str]:
-    return bench.bench_command(load_lane(DEFAULT_LANE))
+    return bench_runs.bench_command(load_lane(DEFAULT_LANE))
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,7 @@ def test_measured_throughput_and_itl_match_the_configured_rates(serve: Any, comm
     request streams at 50 tok/s (ITL 20 ms); at 16 the cap leaves 25 tok/s each (ITL 40 ms)."""
     server = serve("--standin-tokens-per-s", "50", "--standin-max-tokens-per-s", "400", "--standin-ttft-ms", "40")
     steps = host_bench.plan([1, 4, 16])
-    results = bench.run_sweep(command, settings(server, tokenizer), steps, KEY)
+    results = bench_runs.run_sweep(command, settings(server, tokenizer), steps, KEY)
     for step, result, rate in zip(steps, results, (50.0, 50.0, 25.0)):
         record = result["record"]
         assert result["ok"] and result["failed_requests"] == 0, result
@@ -295,7 +296,7 @@ def test_inventory_command_end_to_end(serve: Any, tokenizer: str, tmp_path: Path
         f"spec = importlib.util.spec_from_file_location('_validator_probe', {str(validator_venv._PROBE)!r})\n"
         "probe = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(probe)\n"
-        f"probe._install_stand_ins({[*load_lane(DEFAULT_LANE).validator.stand_ins, *bench.BENCH_STAND_INS]!r})\n"
+        f"probe._install_stand_ins({[*load_lane(DEFAULT_LANE).validator.stand_ins, *bench_runs.BENCH_STAND_INS]!r})\n"
     )
     python = validator_venv._venv_python(validator_venv.ensure_validator_env(load_lane(DEFAULT_LANE)))
     inventory = tmp_path / "inventory"

@@ -247,14 +247,14 @@ def test_a_reference_is_not_written_into_another_users_directory(tmp_path: Path)
 def test_the_validator_cache_and_the_benchmark_results_refuse_another_users_directory(tmp_path: Path) -> None:
     """The validator cache holds code the CLI runs; bench's results are the evidence of a run: neither is written
     into a directory another user controls, and neither through a link."""
-    from sglang_deploy import bench
+    from sglang_deploy.bench import runs as bench_runs
     from sglang_deploy.launch import validator_venv
 
     theirs = _theirs(tmp_path / "theirs")
     with pytest.raises(validator_venv.ValidatorError, match=r"the validator cache \(SGLANG_DEPLOY_CACHE\).*is owned by nobody"):
         validator_venv.validators_directory(theirs / "validators")
     with pytest.raises(ownpath.UnsafeDirectoryError, match="the benchmark's results directory"):
-        bench.write_run(theirs / "run", bench.Run(meta={}, steps=[]))
+        bench_runs.write_run(theirs / "run", bench_runs.Run(meta={}, steps=[]))
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "validators").symlink_to(theirs, target_is_directory=True)

@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT
 from conftest import StandinProcess as Standin
 
-from sglang_deploy import bench
+from sglang_deploy.bench import runs as bench_runs
 from sglang_deploy.bench import quality as bench_quality
 
 KEY = "quality-cli-key-0123456789"
@@ -131,8 +131,8 @@ def _run(tmp_path: Path, name: str, verdict: dict | None) -> Path:
     meta = {"host": name, "started": "20261206T000000Z", "settings": {"input_len": 256, "output_len": 256}}
     if verdict is not None:
         meta["quality"] = bench_quality.summary(verdict)
-    run = bench.Run(meta=meta, steps=[{"concurrency": 1, "ok": True, "record": record, "num_prompts": 5, "wall_s": 1.0}])
-    bench.write_run(tmp_path / name, run)
+    run = bench_runs.Run(meta=meta, steps=[{"concurrency": 1, "ok": True, "record": record, "num_prompts": 5, "wall_s": 1.0}])
+    bench_runs.write_run(tmp_path / name, run)
     return tmp_path / name
 
 
@@ -154,4 +154,4 @@ def test_compare_shows_both_verdicts_and_fails_a_b_that_failed_its_check(tmp_pat
     same = _cli("bench", "--compare", str(a), str(b_unchecked), "--out", str(tmp_path / "out"))
     assert same.returncode == 0 and "quality A: PASS (KL mean 0.001, top-1 99.0%), B: not checked" in same.stderr
     # A run that failed its check is not ok on its own either.
-    assert bench.overall(bench.load_run(b_fail)).startswith("QUALITY FAIL: sglang-deploy quality check: FAIL")
+    assert bench_runs.overall(bench_runs.load_run(b_fail)).startswith("QUALITY FAIL: sglang-deploy quality check: FAIL")

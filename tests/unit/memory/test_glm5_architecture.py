@@ -17,7 +17,7 @@ from types import ModuleType
 import pytest
 from conftest import ROOT
 
-from sglang_deploy import bench
+from sglang_deploy.bench import comparison as bench_comparison
 from sglang_deploy.launch import LaunchConfig
 from sglang_deploy.memory import architectures, planner, startlog
 from sglang_deploy.observe import doctor
@@ -183,10 +183,10 @@ def test_the_committed_comparison_is_what_the_planner_says_today() -> None:
 
 # --- the speed choices: bench records of each A/B -------------------------------------------------
 def test_bf16_kv_is_faster_on_both_attention_paths() -> None:
-    dsa = bench.compare_sides(bench.load_side(str(RUN / "glm5-dsa-bf16" / "bench")), bench.load_side(str(RUN / "glm5-dsa-fp8" / "bench")))
+    dsa = bench_comparison.compare_sides(bench_comparison.load_side(str(RUN / "glm5-dsa-bf16" / "bench")), bench_comparison.load_side(str(RUN / "glm5-dsa-fp8" / "bench")))
     assert dict(dsa.judged())[1] == pytest.approx(1.0, abs=0.05)  # one request: the same
     assert dict(dsa.judged())[64] < 0.9 and dsa.slower == [64]  # fp8 loses 14 % at 64 on the DSA backends
-    mla = bench.compare_sides(bench.load_side(str(RUN / "glm5-mla-bf16" / "bench")), bench.load_side(str(RUN / "glm5-mla-fp8" / "bench")))
+    mla = bench_comparison.compare_sides(bench_comparison.load_side(str(RUN / "glm5-mla-bf16" / "bench")), bench_comparison.load_side(str(RUN / "glm5-mla-fp8" / "bench")))
     assert dict(mla.judged())[1] < 0.2 and mla.b_failed == [64]  # 6x slower; at 64 it did not finish in 120 s
     assert not mla.ok and mla.verdict().startswith("B is SLOWER")
 
@@ -195,7 +195,7 @@ def test_halving_the_prefill_chunk_saves_activation_memory_and_costs_a_little_at
     """chunked-prefill-size 4,096 against sglang's 8,192 (the only change): one request the same, 64 requests 5 %
     fewer output tokens/s and a worse p99 TTFT (the 64 prompts of 512 tokens take more prefill batches); what it
     buys is memory, half the activation term (0.58 MiB per token: 2.3 GiB at TP 1), which the planner counts."""
-    ab = bench.compare_sides(bench.load_side(str(RUN / "glm5-dsa-bf16" / "bench")), bench.load_side(str(RUN / "glm5-dsa-bf16-chunk4k" / "bench")))
+    ab = bench_comparison.compare_sides(bench_comparison.load_side(str(RUN / "glm5-dsa-bf16" / "bench")), bench_comparison.load_side(str(RUN / "glm5-dsa-bf16-chunk4k" / "bench")))
     ratios = dict(ab.judged())
     assert ratios[1] == pytest.approx(1.0, abs=0.02) and 0.9 < ratios[64] < 0.97
     assert _records("glm5-dsa-bf16-chunk4k")[64]["p99_ttft_ms"] > 1.2 * _records("glm5-dsa-bf16")[64]["p99_ttft_ms"]

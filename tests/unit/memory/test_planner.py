@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy.launch import LaunchConfig, LaunchConfigError
-from sglang_deploy.memory import planner
+from sglang_deploy.memory import kvcell, planner
 from sglang_deploy.commands import plan as plan_command
-from sglang_deploy.memory.planner import PlanInputs, kv_cell, plan, sglang_default_settings
+from sglang_deploy.memory.kvcell import kv_cell
+from sglang_deploy.memory.planner import PlanInputs, plan, sglang_default_settings
 
 ROOT = Path(__file__).resolve().parents[3]
 MODELS = ROOT / "tests" / "fixtures" / "models"
@@ -116,10 +117,10 @@ SEED = dict(
     kv_bytes_per_token=kv_cell(GLM5, "auto", sm_major=12).bytes_per_token,
     page_size=64,
     mla_backend=True,
-    piecewise_cuda_graph=planner.piecewise_cuda_graph_enabled(GLM5),
+    piecewise_cuda_graph=kvcell.piecewise_cuda_graph_enabled(GLM5),
     max_running_requests=64,
     # The seed launch: --attention-backend flashinfer on an fp8 pool (planner docstring 8.).
-    kv_conversion_bytes_per_token=planner.kv_conversion_bytes_per_token(GLM5, "fp8_e4m3", "flashinfer"),
+    kv_conversion_bytes_per_token=kvcell.kv_conversion_bytes_per_token(GLM5, "fp8_e4m3", "flashinfer"),
 )
 
 
@@ -537,13 +538,13 @@ def test_plan_exits_non_zero_when_no_fraction_is_safe(capsys: pytest.CaptureFixt
     ("0.5.23", 12, "fp8_e4m3", ("trtllm", "trtllm"), ("trtllm", "trtllm")),
 ])  # fmt: skip
 def test_dsa_backends_as_each_sglang_picks_them(version, sm, dtype, flags, expected) -> None:
-    chosen = planner.resolve_dsa_backends(dtype, *flags, sm_major=sm, sglang_version=version, architecture="GlmMoeDsaForCausalLM")
+    chosen = kvcell.resolve_dsa_backends(dtype, *flags, sm_major=sm, sglang_version=version, architecture="GlmMoeDsaForCausalLM")
     assert (chosen.prefill, chosen.decode) == expected
 
 
 def test_an_fp8_pool_is_packed_unless_trtllm_reads_it_and_a_draft_adds_its_layers() -> None:
-    plain = planner.DsaBackends("trtllm", "trtllm", "")
-    packed = planner.DsaBackends("flashmla_kv", "flashmla_kv", "")
+    plain = kvcell.DsaBackends("trtllm", "trtllm", "")
+    packed = kvcell.DsaBackends("flashmla_kv", "flashmla_kv", "")
     assert kv_cell(GLM5, "fp8_e4m3", dsa_backends=plain).bytes_per_token == (576 + 132) * 78 == 55_224
     assert kv_cell(GLM5, "fp8_e4m3", dsa_backends=packed).bytes_per_token == (512 + 16 + 128 + 132) * 78 == 61_464
     assert kv_cell(GLM5, "bfloat16", dsa_backends=packed).bytes_per_token == (1152 + 132) * 78 == 100_152
@@ -561,10 +562,10 @@ def test_the_conversion_copy_grows_with_the_fraction_and_the_recommendation_acco
     assert over.headroom_mib < SEED_MARGIN  # type: ignore[operator]  # the next step up does not keep the margin
     small, large = (plan(PlanInputs(**with_copy, mem_fraction_static=f)).breakdown_mib["kv_conversion"] for f in (0.80, 0.90))
     assert large > small  # a bigger pool, a bigger copy
-    assert planner.kv_conversion_bytes_per_token(GLM5, "fp8_e4m3", "flashinfer") == 1152
-    assert planner.kv_conversion_bytes_per_token(GLM5, "bfloat16", "flashinfer") == 0
-    assert planner.kv_conversion_bytes_per_token(GLM5, "fp8_e4m3", None) == 0
-    assert planner.kv_conversion_bytes_per_token(LLAMA, "fp8_e4m3", "flashinfer") == 0
+    assert kvcell.kv_conversion_bytes_per_token(GLM5, "fp8_e4m3", "flashinfer") == 1152
+    assert kvcell.kv_conversion_bytes_per_token(GLM5, "bfloat16", "flashinfer") == 0
+    assert kvcell.kv_conversion_bytes_per_token(GLM5, "fp8_e4m3", None) == 0
+    assert kvcell.kv_conversion_bytes_per_token(LLAMA, "fp8_e4m3", "flashinfer") == 0
 
 
 SEED_MARGIN = planner.RECOMMENDATION_MARGIN_MIB
