@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    from sglang_deploy.lanes import LaneError, load_lane
+    from sglang_deploy.lanes.catalog import LaneError, load_lane
     from sglang_deploy.launch.validate_action import ValidateAction
     from sglang_deploy.launch.validator import validate_flags
     from sglang_deploy.launch.validator_venv import ValidatorError, ensure_validator_env, torch_source

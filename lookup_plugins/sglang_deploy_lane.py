@@ -47,7 +47,7 @@ from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
 try:
-    from sglang_deploy import lanes
+    from sglang_deploy.lanes import catalog
     from sglang_deploy.lanes import lock
     from sglang_deploy_host import lockfile
 except ImportError as exc:  # a clear message beats a bare "lookup plugin not found"
@@ -63,8 +63,8 @@ def lane_data(name: str, python: str, lock_file: str = "", host: str = "?") -> d
     if not re.fullmatch(r"3\.\d+", python):
         raise AnsibleLookupError(f"{where}: {python!r} is not a Python minor version such as 3.11 (ml_env_python's)")
     try:
-        lane = lanes.load_lane(name)
-    except lanes.LaneError as err:
+        lane = catalog.load_lane(name)
+    except catalog.LaneError as err:
         raise AnsibleLookupError(
             f"host {host}: ml_env_lane: {err}. Fix: set ml_env_lane to one of them, or add "
             f"src/sglang_deploy/lanes/{name}.yml and run `sglang-deploy lock --lane {name}`"

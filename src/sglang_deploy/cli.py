@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from rich.markup import escape
 
 from sglang_deploy import ownpath
-from sglang_deploy.commands import console
+from sglang_deploy.commands.common import console
 from sglang_deploy.playbook.runner import Interrupted, RunnerError, stop_on_signals
 
 # The subcommands, one module each under sglang_deploy.commands, in help order. Each module defines

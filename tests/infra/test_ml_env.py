@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.lanes import Lane, load_lane
+from sglang_deploy.lanes.catalog import Lane, load_lane
 from sglang_deploy.lanes.lock import LockTarget, lock_path
 from sglang_deploy_host import lockfile
 from sglang_deploy_host.mlenv import LOCK_NAME, MARKER, PREEXISTING

@@ -37,7 +37,7 @@ from sglang_deploy_host import bench as host_bench
 from sglang_deploy import inputfiles, ownpath
 from sglang_deploy.bench import quality
 from sglang_deploy.launch import validator_venv
-from sglang_deploy.lanes import Lane
+from sglang_deploy.lanes.catalog import Lane
 
 RUN_FORMAT = 1
 SHIPPED_BASELINES = Path(__file__).with_name("baselines")

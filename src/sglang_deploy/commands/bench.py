@@ -39,7 +39,7 @@ from sglang_deploy.bench import comparison as bench_comparison
 from sglang_deploy.bench import quality as bench_quality
 from sglang_deploy.bench import runs as bench_runs
 from sglang_deploy.playbook import runner
-from sglang_deploy.commands import (
+from sglang_deploy.commands.common import (
     ApiKeyError,
     add_api_key_args,
     add_cafile_arg,
@@ -50,7 +50,7 @@ from sglang_deploy.commands import (
     role_defaults,
     usage_error,
 )
-from sglang_deploy.lanes import DEFAULT_LANE, LaneError, load_lane
+from sglang_deploy.lanes.catalog import DEFAULT_LANE, LaneError, load_lane
 from sglang_deploy.launch.validator_venv import ValidatorError
 
 _console = Console(stderr=True, highlight=False, soft_wrap=True)

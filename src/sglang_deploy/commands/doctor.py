@@ -19,7 +19,7 @@ from typing import Any
 
 from sglang_deploy import inputfiles
 from sglang_deploy.observe import doctor
-from sglang_deploy.commands import missing_role_defaults, role_defaults
+from sglang_deploy.commands.common import missing_role_defaults, role_defaults
 from sglang_deploy_host import quality, watchdog
 
 DEFAULT_JOURNAL_LINES = 5000

@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from sglang_deploy import ownpath
-from sglang_deploy.commands import console, usage_error
+from sglang_deploy.commands.common import console, usage_error
 from sglang_deploy.playbook.runner import project_dir
 
 # The inventory a new site starts from (the project's own example, validated by the tests as shipped).

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from sglang_deploy import inputfiles
-from sglang_deploy.lanes import lane_names, load_lane
+from sglang_deploy.lanes.catalog import lane_names, load_lane
 from sglang_deploy.lanes.lock import LockError, LockTarget, check_lock, targets, write_lock
 
 

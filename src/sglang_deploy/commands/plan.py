@@ -25,8 +25,8 @@ from sglang_deploy.memory import architectures, plan_inputs, planner
 from sglang_deploy.playbook import runner
 from sglang_deploy.serving import server
 from sglang_deploy.memory.plan_inputs import PLAN_VAR
-from sglang_deploy.lanes import DEFAULT_LANE, Lane, LaneError, load_lane
-from sglang_deploy.launch import TABLE, LaunchConfig, LaunchConfigError
+from sglang_deploy.lanes.catalog import DEFAULT_LANE, Lane, LaneError, load_lane
+from sglang_deploy.launch.config import TABLE, LaunchConfig, LaunchConfigError
 
 _console = Console(highlight=False, soft_wrap=True)
 _err = Console(stderr=True, highlight=False, soft_wrap=True)

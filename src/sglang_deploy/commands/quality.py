@@ -32,7 +32,7 @@ from typing import Any
 
 from sglang_deploy_host import endpoint, quality
 from sglang_deploy import ownpath
-from sglang_deploy.commands import (
+from sglang_deploy.commands.common import (
     ApiKeyError,
     add_api_key_args,
     add_cafile_arg,

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sglang_deploy.commands import add_inventory_args, usage_error
+from sglang_deploy.commands.common import add_inventory_args, usage_error
 from sglang_deploy.playbook.runner import project_dir, run_playbook, serving_hosts
 
 CONFIRM_WORD = "rebuild"

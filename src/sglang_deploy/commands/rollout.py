@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sglang_deploy.commands import missing_role_defaults, role_defaults, usage_error
+from sglang_deploy.commands.common import missing_role_defaults, role_defaults, usage_error
 from sglang_deploy.playbook.runner import InventoryError, run_playbook, serving_hosts
 
 PLAYBOOK = "playbooks/rolling.yml"

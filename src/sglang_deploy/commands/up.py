@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sglang_deploy.commands import add_inventory_args, console
+from sglang_deploy.commands.common import add_inventory_args, console
 from sglang_deploy.playbook.runner import project_dir, run_playbook
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from sglang_deploy.commands import add_inventory_args, console, inventories
+from sglang_deploy.commands.common import add_inventory_args, console, inventories
 from sglang_deploy.playbook.runner import run_playbook
 
 

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from sglang_deploy_host import endpoint, gate
-from sglang_deploy.commands import (
+from sglang_deploy.commands.common import (
     ApiKeyError,
     add_api_key_args,
     add_cafile_arg,

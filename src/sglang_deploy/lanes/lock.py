@@ -19,9 +19,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_deploy import inputfiles, lanes
+from sglang_deploy import inputfiles
+
+from sglang_deploy.lanes import catalog
 from sglang_deploy_host import lockfile
-from sglang_deploy.lanes import Lane
+from sglang_deploy.lanes.catalog import Lane
 
 LOCK_FORMAT = 1
 """Bumped when the header or the resolver options change meaning: every lock becomes stale."""
@@ -67,7 +69,7 @@ class LockTarget:
 
 def lock_dir() -> Path:
     """Where the committed locks live: ``locks/`` beside the lane files (package data)."""
-    return Path(str(lanes._lane_dir())) / "locks"
+    return Path(str(catalog._lane_dir())) / "locks"
 
 
 def lock_path(target: LockTarget) -> Path:

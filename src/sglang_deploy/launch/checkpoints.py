@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from sglang_deploy_host import checkpoint as inspector
-from sglang_deploy.lanes import Lane
-from sglang_deploy.launch import LaunchConfig
+from sglang_deploy.lanes.catalog import Lane
+from sglang_deploy.launch.config import LaunchConfig
 
 GIB = 1 << 30
 # Algorithms whose draft is the served checkpoint's own MTP (nextn) layer when no other draft is named:

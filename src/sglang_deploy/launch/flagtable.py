@@ -1,7 +1,7 @@
 """The flag table: every sglang flag the project reasons about, typed, with its spelling in each lane's sglang.
 
 ``flag_table.yml`` is the data (the user's view: docs/lanes.md). :func:`table` loads and checks it once;
-:class:`LaunchSettings` is the typed view of one launch that :class:`sglang_deploy.launch.LaunchConfig` builds from
+:class:`LaunchSettings` is the typed view of one launch that :class:`sglang_deploy.launch.config.LaunchConfig` builds from
 it, and what the planner, preflight, the checkpoint rules and the resolver read: no module outside this one looks a
 flag up by its name. A flag not in the table still reaches sglang as written; the lane's pinned parser
 (``sglang-deploy validate``) stays the judge of what sglang takes.

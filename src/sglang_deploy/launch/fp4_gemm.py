@@ -16,8 +16,8 @@ from packaging.version import InvalidVersion, Version
 
 from sglang_deploy_host import lockfile
 from sglang_deploy.lanes import lock
-from sglang_deploy.lanes import Lane
-from sglang_deploy.launch import LaunchConfig
+from sglang_deploy.lanes.catalog import Lane
+from sglang_deploy.launch.config import LaunchConfig
 
 # The first flashinfer-python with the SM120 FP4 GEMM's PDL barriers compiled in (PR #2716).
 FLASHINFER_FIXED = Version("0.6.7")

@@ -8,7 +8,7 @@ another GPU (or with no SM known) is not judged here: the rules are SM120's.
 
 from __future__ import annotations
 
-from sglang_deploy.lanes import Lane
+from sglang_deploy.lanes.catalog import Lane
 from sglang_deploy.launch.flagtable import LaunchSettings
 
 SM120_MAJOR = 12

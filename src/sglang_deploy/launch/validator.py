@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sglang_deploy.launch import flagtable
-from sglang_deploy.lanes import DEFAULT_LANE, Lane, LaneError, lane_names, load_lane
+from sglang_deploy.lanes.catalog import DEFAULT_LANE, Lane, LaneError, lane_names, load_lane
 from sglang_deploy.launch.validator_venv import ValidatorError, ensure_validator_env, run_probe
 
 FLAGS_VARIABLE = "sglang_server_flags"

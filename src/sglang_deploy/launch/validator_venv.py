@@ -59,7 +59,7 @@ from packaging.version import Version
 
 from sglang_deploy import ownpath
 from sglang_deploy_host import files
-from sglang_deploy.lanes import Lane
+from sglang_deploy.lanes.catalog import Lane
 
 ENV_CACHE = "SGLANG_DEPLOY_CACHE"
 ENV_TORCH = "SGLANG_DEPLOY_VALIDATOR_TORCH"

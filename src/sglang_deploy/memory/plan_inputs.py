@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_deploy.memory import architectures, planner
-from sglang_deploy.lanes import LaneError, load_lane
+from sglang_deploy.lanes.catalog import LaneError, load_lane
 from sglang_deploy.launch.flagtable import LaunchSettings
 
 PLAN_VAR = "sglang_server_memory_plan"

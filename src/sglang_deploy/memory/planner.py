@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sglang_deploy_host import checkpoint as inspector
-from sglang_deploy.lanes import DEFAULT_LANE, PlannerRules, load_lane
+from sglang_deploy.lanes.catalog import DEFAULT_LANE, PlannerRules, load_lane
 from sglang_deploy.launch.flagtable import LaunchSettings
 from sglang_deploy.memory import architectures
 from sglang_deploy.memory.kvcell import (

@@ -2,7 +2,7 @@
 
 Input: the host's facts from ``gpufacts.py facts --json --disk /dev/shm --disk WEIGHTS_DIR`` (run on
 the host by roles/preflight), the launch configuration the server will get (the same
-:class:`~sglang_deploy.launch.LaunchConfig` the unit is rendered from) and the limits in
+:class:`~sglang_deploy.launch.config.LaunchConfig` the unit is rendered from) and the limits in
 :class:`PreflightSettings`. Output: every :class:`Problem` at once, each naming the check, what was
 found and the fix; the role prefixes the host and fails.
 
@@ -33,7 +33,7 @@ from sglang_deploy_host.gpufacts import (
     version_tuple,
 )
 from sglang_deploy_host.gpufacts import visible_gpu_count as gpufacts_visible_gpu_count
-from sglang_deploy.launch import LaunchConfig
+from sglang_deploy.launch.config import LaunchConfig
 
 # Minimum Linux driver of each CUDA toolkit release (NVIDIA CUDA Toolkit release notes, table
 # "CUDA Toolkit and Corresponding Driver Versions", GA releases). Minor-version compatibility would

@@ -39,9 +39,9 @@ from sglang_deploy.launch.flagtable import LaunchSettings
 from sglang_deploy.memory import planner
 from sglang_deploy.serving import jitcache, preflight, tls
 from sglang_deploy.memory.plan_inputs import PLAN_VAR, PlanSources, plan_inputs
-from sglang_deploy.lanes import DEFAULT_LANE, Lane, LaneError, load_lane
+from sglang_deploy.lanes.catalog import DEFAULT_LANE, Lane, LaneError, load_lane
 from sglang_deploy.playbook import resolution
-from sglang_deploy.launch import (
+from sglang_deploy.launch.config import (
     LaunchConfig,
     LaunchConfigError,
     flag_name,

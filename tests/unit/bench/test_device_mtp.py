@@ -17,7 +17,7 @@ import yaml
 from conftest import ROOT
 
 from sglang_deploy.launch import validator_venv
-from sglang_deploy.lanes import load_lane
+from sglang_deploy.lanes.catalog import load_lane
 from sglang_deploy_host import checkpoint, systemd
 
 PROFILES = yaml.safe_load((ROOT / "inventory/proxmox/group_vars/sglang_servers/profiles.yml").read_text())

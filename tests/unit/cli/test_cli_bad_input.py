@@ -354,11 +354,11 @@ lock.resolve = lambda target, uv=None: "# resolved\\n"
 @pytest.mark.parametrize("check", [True, False], ids=["check", "write"])
 @pytest.mark.parametrize("kind", STREAMS + REGULAR)
 def test_lock_refuses_a_lock_file_that_is_not_a_text_file(kind: str, check: bool, tmp_path: Path) -> None:
-    from sglang_deploy import lanes
+    from sglang_deploy.lanes import catalog
     from sglang_deploy.lanes import lock
 
-    lane = next(name for name in lanes.lane_names() if lanes.load_lane(name).lock is not None)
-    first = lock.targets(lanes.load_lane(lane))[0]
+    lane = next(name for name in catalog.lane_names() if catalog.load_lane(name).lock is not None)
+    first = lock.targets(catalog.load_lane(lane))[0]
     root = tmp_path / "locks"
     source = hostile_path(root, kind, first.file_name)
     if source.startswith("/dev/"):

@@ -106,7 +106,7 @@ def test_reasoning_is_stripped_without_a_parser(content: str, answer: str) -> No
 def test_target_from_render_reads_flags_and_the_key_the_launcher_adds() -> None:
     """From the ExecStart= the launch model renders: the key is named (--env-flag api-key=NAME)
     in the unit and read from the rendered environment file."""
-    from sglang_deploy.launch import LaunchConfig
+    from sglang_deploy.launch.config import LaunchConfig
 
     launch = LaunchConfig.from_vars(
         {"model": "lukealonso/GLM-5-NVFP4", "served-model-name": "glm-5",

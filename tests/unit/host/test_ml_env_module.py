@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import pytest
 from conftest import ROOT
 
-from sglang_deploy import lanes
+from sglang_deploy.lanes import catalog
 from sglang_deploy.lanes import lock
 from sglang_deploy_host import lockfile, mlenv
 
@@ -607,13 +607,13 @@ lookup = _lookup_module()
 
 def test_lookup_returns_the_lane_and_its_lock() -> None:
     data = lookup.lane_data("cu128", "3.11", host="gpu-01")
-    path = lock.lock_path(lock.LockTarget(lanes.load_lane("cu128"), "3.11"))
+    path = lock.lock_path(lock.LockTarget(catalog.load_lane("cu128"), "3.11"))
     text = path.read_text()
     assert {k: v for k, v in data.items() if k != "lock"} == {
         "name": "cu128",
         "cuda": "12.8",
         "required_archs": ["sm_120"],
-        "kernel_exemptions": [e.object for e in lanes.load_lane("cu128").kernel_exemptions],
+        "kernel_exemptions": [e.object for e in catalog.load_lane("cu128").kernel_exemptions],
     }
     assert data["lock"] == {
         "path": str(path),
@@ -650,7 +650,7 @@ def test_lookup_checks_an_explicit_lock_file(tmp_path: Path) -> None:
     with pytest.raises(lookup.AnsibleLookupError, match=r"ml_env_lock_file /nonexistent is not a file on the control node"):
         lookup.lane_data("cu128", "3.11", "/nonexistent")
     other = tmp_path / "other.txt"
-    other.write_text(lock.lock_path(lock.LockTarget(lanes.load_lane("cu130"), "3.11")).read_text())
+    other.write_text(lock.lock_path(lock.LockTarget(catalog.load_lane("cu130"), "3.11")).read_text())
     with pytest.raises(lookup.AnsibleLookupError, match=r"is made for lane cu130, Python 3.11, CUDA 13.0"):
         lookup.lane_data("cu128", "3.11", str(other))
     assert lookup.lane_data("cu130", "3.11", str(other))["lock"]["path"] == str(other)
@@ -658,8 +658,8 @@ def test_lookup_checks_an_explicit_lock_file(tmp_path: Path) -> None:
 
 def test_lookup_refuses_a_stale_lock_and_a_lane_without_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     lane_dir = tmp_path / "lanes"
-    shutil.copytree(Path(str(lanes._lane_dir())), lane_dir)
-    monkeypatch.setattr(lanes, "_lane_dir", lambda: lane_dir)
+    shutil.copytree(Path(str(catalog._lane_dir())), lane_dir)
+    monkeypatch.setattr(catalog, "_lane_dir", lambda: lane_dir)
     lane_file = lane_dir / "cu128.yml"
     lane_file.write_text(lane_file.read_text().replace("    - transformers>=5.2\n", "    - transformers>=5.3\n"))
     with pytest.raises(lookup.AnsibleLookupError, match=r"made from other inputs.*Fix: run `sglang-deploy lock --lane cu128`"):

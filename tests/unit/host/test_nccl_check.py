@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from sglang_deploy_host import nccl_check, systemd
-from sglang_deploy.launch import LaunchConfig
+from sglang_deploy.launch.config import LaunchConfig
 
 
 def test_profile_environment_as_rendered(profile):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import lanes
-from sglang_deploy.lanes import DEFAULT_LANE, LaneError, lane_names, load_lane
+from sglang_deploy.lanes import catalog
+from sglang_deploy.lanes.catalog import DEFAULT_LANE, LaneError, lane_names, load_lane
 
 CU128 = """\
 name: cu128
@@ -28,7 +28,7 @@ validator:
 @pytest.fixture
 def lane_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Point the loader at a scratch lane directory."""
-    monkeypatch.setattr(lanes, "_lane_dir", lambda: tmp_path)
+    monkeypatch.setattr(catalog, "_lane_dir", lambda: tmp_path)
     return tmp_path
 
 

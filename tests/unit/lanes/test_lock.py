@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import lanes
+from sglang_deploy.lanes import catalog
 from sglang_deploy.lanes import lock
 from sglang_deploy.cli import main
-from sglang_deploy.lanes import LaneError, LockSpec, Override, lane_names, load_lane
+from sglang_deploy.lanes.catalog import LaneError, LockSpec, Override, lane_names, load_lane
 from sglang_deploy_host import interp, lockfile, mlenv
 
 LOCKED_LANES = [name for name in lane_names() if load_lane(name).lock is not None]
@@ -181,7 +181,7 @@ def local_lane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     lane_dir = tmp_path / "lanes"
     lane_dir.mkdir()
     (lane_dir / "cu128.yml").write_text(LOCAL_LANE.format(index=index.as_uri(), overrides="[]"))
-    monkeypatch.setattr(lanes, "_lane_dir", lambda: lane_dir)
+    monkeypatch.setattr(catalog, "_lane_dir", lambda: lane_dir)
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
     return lane_dir
 

@@ -19,7 +19,7 @@ from server_inputs import inputs
 from sglang_deploy.launch import checkpoints
 from sglang_deploy.memory import architectures
 from sglang_deploy.serving import server
-from sglang_deploy.launch import LaunchConfig
+from sglang_deploy.launch.config import LaunchConfig
 from sglang_deploy_host import checkpoint as inspector
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
@@ -181,7 +181,7 @@ def test_shared_expert_fusion_across_dtypes_needs_the_flag(inspected: dict[str, 
 def test_sglang_0_5_23_turns_the_fusion_off_itself_so_the_cu130_lane_needs_no_flag(inspected: dict[str, Any]) -> None:
     """The checkpoint rule follows the lane: 0.5.23 disables shared-experts fusion when ModelOpt keeps the shared
     expert unquantized (lanes/cu130.yml shared_experts_fusion_auto_off, with its source); 0.5.10.post1 does not."""
-    from sglang_deploy.lanes import load_lane
+    from sglang_deploy.lanes.catalog import load_lane
 
     assert "quant_blocks_shared_experts_fusion" in load_lane("cu130").shared_experts_fusion_auto_off
     assert load_lane("cu128").shared_experts_fusion_auto_off == ""

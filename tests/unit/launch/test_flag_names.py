@@ -9,8 +9,8 @@ import pytest
 from server_inputs import resolve
 
 from sglang_deploy.fleet import router
-from sglang_deploy import launch
-from sglang_deploy.launch import LaunchConfigError
+from sglang_deploy.launch import config as launch_config
+from sglang_deploy.launch.config import LaunchConfigError
 from sglang_deploy_host import endpoint
 
 SECRET = "s3cr3t-VALUE-never-shown"
@@ -86,28 +86,28 @@ def test_false_is_no_flag_value_for_the_server_or_the_router(value: bool) -> Non
      ("-tp_size", "tp-size"), ("  --mem_fraction_static ", "mem-fraction-static"), ("x", "x")],
 )  # fmt: skip
 def test_every_spelling_of_a_flag_is_one_name(raw: str, name: str) -> None:
-    assert launch.flag_name(raw) == name
-    assert launch.normalized_flags({raw: 1}) == {name: 1}
+    assert launch_config.flag_name(raw) == name
+    assert launch_config.normalized_flags({raw: 1}) == {name: 1}
 
 
 def test_the_later_spelling_of_one_flag_wins_and_a_group_is_set_once() -> None:
-    assert launch.normalized_flags({"tp_size": 4, "--tp-size": 8}) == {"tp-size": 8}
+    assert launch_config.normalized_flags({"tp_size": 4, "--tp-size": 8}) == {"tp-size": 8}
     with pytest.raises(LaunchConfigError, match=r"'tp-size' is set twice .*one sglang option: --tensor-parallel-size"):
-        launch.LaunchConfig.from_vars({"tp": 4, "tp_size": 8}, python="/py")
+        launch_config.LaunchConfig.from_vars({"tp": 4, "tp_size": 8}, python="/py")
     with pytest.raises(LaunchConfigError, match=r"'ep-size' and 'expert-parallel-size' both set"):
-        launch.LaunchConfig.from_vars({"expert_parallel_size": 8, "--ep_size": 8}, python="/py")
+        launch_config.LaunchConfig.from_vars({"expert_parallel_size": 8, "--ep_size": 8}, python="/py")
 
 
 def test_a_flag_written_in_any_spelling_or_alias_is_read_as_its_typed_field() -> None:
-    config = launch.LaunchConfig.from_vars(
+    config = launch_config.LaunchConfig.from_vars(
         {"--speculative_algorithm": "EAGLE", "tp": 8, "mem_fraction_static": 0.9, "ep": 8}, python="/py"
     )
     typed = config.settings
     assert (typed.speculative_algorithm, typed.tp_size, typed.ep_size, typed.mem_fraction_static) == ("EAGLE", 8, 8, 0.9)
     assert typed.speculative_num_steps is None and config.tp_size == 8
     for spelling in ("tp-size", "tensor-parallel-size", "tp"):
-        assert launch.TABLE.spec(launch.flag_name(spelling)) is launch.TABLE.spec("tp-size"), spelling
+        assert launch_config.TABLE.spec(launch_config.flag_name(spelling)) is launch_config.TABLE.spec("tp-size"), spelling
     for raw, value in (("tensor_parallel_size", 4), ("--tp-size", 2)):
-        assert launch.LaunchConfig.from_vars({raw: value}, python="/py").settings.tp_size == value
-    assert launch.TABLE.spec("speculative") is None  # no prefix lookup: the parser judges abbreviations
+        assert launch_config.LaunchConfig.from_vars({raw: value}, python="/py").settings.tp_size == value
+    assert launch_config.TABLE.spec("speculative") is None  # no prefix lookup: the parser judges abbreviations
     assert config.flag_argv()[:2] == ["--speculative-algorithm", "EAGLE"] and "--tp-size" in config.flag_argv()

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sglang_deploy.lanes import lane_names, load_lane
-from sglang_deploy.launch import LaunchConfig, LaunchConfigError, flagtable, merge_flags, profile_flags
+from sglang_deploy.lanes.catalog import lane_names, load_lane
+from sglang_deploy.launch import flagtable
+from sglang_deploy.launch.config import LaunchConfig, LaunchConfigError, merge_flags, profile_flags
 from sglang_deploy.launch.flagtable import FlagSpec, FlagTableError, LaunchSettings, SecretRef, parse_table, table
 from sglang_deploy_host import endpoint
 

@@ -11,8 +11,8 @@ from server_inputs import facts, resolve
 from sglang_deploy.lanes import lock
 from sglang_deploy.launch import fp4_gemm
 from sglang_deploy.serving import server
-from sglang_deploy.lanes import load_lane, lane_names
-from sglang_deploy.launch import LaunchConfig
+from sglang_deploy.lanes.catalog import load_lane, lane_names
+from sglang_deploy.launch.config import LaunchConfig
 
 
 @pytest.mark.parametrize("name", lane_names())

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from sglang_deploy.lanes import LaneError, load_lane
-from sglang_deploy.lanes import _parse_sm120_rules  # the loader's own check of the rules
-from sglang_deploy.launch import LaunchConfig, lane_rules, merge_flags
+from sglang_deploy.lanes.catalog import LaneError, load_lane
+from sglang_deploy.lanes.catalog import _parse_sm120_rules  # the loader's own check of the rules
+from sglang_deploy.launch import lane_rules
+from sglang_deploy.launch.config import LaunchConfig, merge_flags
 
 PY = "/opt/sglang-deploy/ml-env/bin/python3"
 # The seed launch's flags that the rules read (inventory/proxmox/group_vars/sglang_servers/sglang_server.yml).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import PROFILE_ADDED_ENV, SEED_004_ENV, profile_flags
 
-from sglang_deploy.launch import DEFAULT_LAUNCHER, EnvRef, LaunchConfig, LaunchConfigError
+from sglang_deploy.launch.config import DEFAULT_LAUNCHER, EnvRef, LaunchConfig, LaunchConfigError
 from sglang_deploy.launch.flagtable import SecretRef
 
 PY = "/opt/sglang-deploy/ml-env/bin/python3"
@@ -168,7 +168,7 @@ def test_validation_argv_swaps_our_auto_placeholder_only():
 
 # --- launch profiles (sglang_server_profile / sglang_server_profiles) -------------------------------------
 def test_a_profile_is_merged_between_the_flags_and_the_override(profile):
-    from sglang_deploy.launch import profile_flags as merged_profile
+    from sglang_deploy.launch.config import profile_flags as merged_profile
     import yaml
     from conftest import ROOT
 

@@ -20,7 +20,7 @@ from conftest import ROOT
 from seed_004 import SEED_004_FLAGS
 
 from sglang_deploy.launch import validator
-from sglang_deploy.lanes import Lane, load_lane
+from sglang_deploy.lanes.catalog import Lane, load_lane
 from sglang_deploy.launch.validator import (
     FlagProblem,
     Option,
@@ -689,7 +689,7 @@ def test_the_lanes_recorded_choices_are_its_parsers(lane_name: str) -> None:
     import subprocess
 
     from sglang_deploy.launch import validator_venv
-    from sglang_deploy.lanes import load_lane
+    from sglang_deploy.lanes.catalog import load_lane
 
     lane = load_lane(lane_name)
     env = validator_venv.ensure_validator_env(lane)

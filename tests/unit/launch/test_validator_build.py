@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from sglang_deploy.launch import validator_venv
-from sglang_deploy.lanes import Lane, load_lane
+from sglang_deploy.lanes.catalog import Lane, load_lane
 from sglang_deploy.launch.validator_venv import ENV_PYTHON, ENV_TORCH, ENV_TORCH_INDEX, BuildSpec, ValidatorError, build_spec
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -214,7 +214,7 @@ BUILDER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from sglang_deploy.lanes import load_lane
+    from sglang_deploy.lanes.catalog import load_lane
     from sglang_deploy.launch.validator_venv import ensure_validator_env
     ensure_validator_env(load_lane("cu128"), Path(sys.argv[1]))
     """

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from sglang_deploy.lanes import Lane, load_lane
+from sglang_deploy.lanes.catalog import Lane, load_lane
 from sglang_deploy.launch.validator_venv import (
     ENV_TORCH,
     ENV_TORCH_INDEX,

@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT
 
 from sglang_deploy.bench import comparison as bench_comparison
-from sglang_deploy.launch import LaunchConfig
+from sglang_deploy.launch.config import LaunchConfig
 from sglang_deploy.memory import architectures, planner, startlog
 from sglang_deploy.observe import doctor
 

@@ -18,7 +18,7 @@ import yaml
 from conftest import ROOT
 
 from sglang_deploy import cli
-from sglang_deploy.launch import LaunchConfig
+from sglang_deploy.launch.config import LaunchConfig
 from sglang_deploy.memory.plan_inputs import PlanSources, plan_inputs
 from sglang_deploy.memory.planner import PlanError
 

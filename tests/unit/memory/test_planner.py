@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.launch import LaunchConfig, LaunchConfigError
+from sglang_deploy.launch.config import LaunchConfig, LaunchConfigError
 from sglang_deploy.memory import kvcell, planner
 from sglang_deploy.commands import plan as plan_command
 from sglang_deploy.memory.kvcell import kv_cell
@@ -272,7 +272,7 @@ PROBE = textwrap.dedent(
 
 @pytest.mark.slow
 def test_sglang_default_matches_the_pinned_sglangs_own_code() -> None:
-    from sglang_deploy.lanes import load_lane
+    from sglang_deploy.lanes.catalog import load_lane
     from sglang_deploy.launch.validator_venv import ensure_validator_env
 
     lane = load_lane("cu128")

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from sglang_deploy.lanes import GraphTier, LaneError, PlannerRules, _parse_planner, load_lane
-from sglang_deploy.launch import LaunchConfig
+from sglang_deploy.lanes.catalog import GraphTier, LaneError, PlannerRules, _parse_planner, load_lane
+from sglang_deploy.launch.config import LaunchConfig
 from sglang_deploy.memory import planner
 from sglang_deploy.memory.plan_inputs import PlanSources, plan_inputs
 

@@ -13,7 +13,7 @@ from conftest import ROOT
 
 from sglang_deploy.serving import preflight
 from sglang_deploy_host import gpufacts
-from sglang_deploy.launch import LaunchConfig
+from sglang_deploy.launch.config import LaunchConfig
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 # Loaded from its file: putting filter_plugins/ on sys.path would shadow the sglang_deploy package.

@@ -219,7 +219,7 @@ def test_a_host_name_bind_needs_the_watchdog_off() -> None:
 def test_a_resolve_builds_the_launch_once_and_amends_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """LaunchConfig.from_vars runs once per resolve (the inventory's flags, in the lane's spelling); the P2P
     adjustment and the role's additions amend that launch, parsing only what they change."""
-    from sglang_deploy.launch import LaunchConfig
+    from sglang_deploy.launch.config import LaunchConfig
 
     built: list[str] = []
     amended: list[list[str]] = []

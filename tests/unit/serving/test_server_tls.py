@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from server_inputs import resolve
 
-from sglang_deploy.lanes import load_lane
+from sglang_deploy.lanes.catalog import load_lane
 from sglang_deploy.serving import server
 
 TLS = {"certfile": "/inv/tls/server.crt", "keyfile": "/inv/tls/server.key", "cafile": "/inv/tls/ca.crt", "dir": "/etc/ssl/sglang"}
