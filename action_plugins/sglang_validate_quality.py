@@ -12,7 +12,7 @@ from typing import Any
 
 try:
     from sglang_deploy.launch.validate_action import ValidateAction
-    from sglang_deploy_host import quality
+    from sglang_deploy_host.serving import quality_reference
 except ImportError as exc:
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "
@@ -35,9 +35,9 @@ class ActionModule(ValidateAction):
                 checked[host] = "no quality reference"
                 continue
             try:
-                reference = quality.load_reference(path)
+                reference = quality_reference.load_reference(path)
                 reference.thresholds.merged(settings.get("thresholds"), "sglang_server_quality_thresholds")
-            except quality.QualityInputError as err:
+            except quality_reference.QualityInputError as err:
                 errors.append(f"host {host}: {VARIABLE}={path}: {err}")
                 continue
             served = str(((resolved or {}).get("endpoint") or {}).get("served_model") or "")

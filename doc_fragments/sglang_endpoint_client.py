@@ -1,7 +1,7 @@
 """The options of the modules that talk to a serving endpoint (sglang_bench, sglang_wait_ready,
 sglang_correctness_gate): the API key is read on the host from the unit's environment file, so it is on no
 command line and in no task's arguments; an https server's certificate is verified against the CA file.
-Their argument spec: ``sglang_deploy_host.endpoint.CLIENT_OPTIONS``."""
+Their argument spec: ``sglang_deploy_host.serving.endpoint.CLIENT_OPTIONS``."""
 
 from __future__ import annotations
 

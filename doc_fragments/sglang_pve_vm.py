@@ -1,5 +1,5 @@
 """The options every proxmox_vm role module takes beside community.proxmox's API credentials: the node and
-the serving host its messages name. Their argument spec: ``sglang_pve_client.module_argument_spec``."""
+the serving host its messages name. Their argument spec: ``sglang_deploy_pve.client.module_argument_spec``."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from sglang_deploy.serving import preflight
-    from sglang_deploy_host import gpufacts
+    from sglang_deploy_host.gpu import gpufacts
     from sglang_deploy.lanes.catalog import LaneError, load_lane
     from sglang_deploy.launch.config import LaunchConfig, LaunchConfigError
 except ImportError as exc:  # a clear message beats a bare "no filter named preflight_problems"

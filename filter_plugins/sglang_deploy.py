@@ -7,7 +7,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from sglang_deploy_host import systemd
+    from sglang_deploy_host.serving import systemd
     from sglang_deploy.playbook import variables
     from sglang_deploy.serving import server
 except ImportError as exc:  # a clear message beats a bare "no filter named sglang_server_resolve"

@@ -91,7 +91,7 @@ ok:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import bench, endpoint
+from ansible.module_utils.sglang_deploy_host.serving import bench_steps, endpoint
 
 
 def main() -> None:
@@ -105,7 +105,7 @@ def main() -> None:
             "num_prompts": {"type": "int"},
             "python": {"type": "path"},
             "tokenizer": {"type": "path"},
-            "backend": {"type": "str", "choices": list(bench.BACKENDS)},
+            "backend": {"type": "str", "choices": list(bench_steps.BACKENDS)},
             "input_len": {"type": "int"},
             "output_len": {"type": "int"},
             "seed": {"type": "int"},
@@ -124,11 +124,11 @@ def main() -> None:
     flags = params["flags"]
     try:
         if params["mode"] == "plan":
-            steps = bench.plan(
-                params["concurrencies"], bench.max_running_requests(flags), params["prompts_per_concurrency"]
+            steps = bench_steps.plan(
+                params["concurrencies"], bench_steps.max_running_requests(flags), params["prompts_per_concurrency"]
             )
             module.exit_json(changed=False, steps=[{"concurrency": s.concurrency, "num_prompts": s.num_prompts} for s in steps])
-        settings = bench.settings_from_flags(
+        settings = bench_steps.settings_from_flags(
             flags,
             tokenizer=params["tokenizer"],
             backend=params["backend"],
@@ -145,10 +145,10 @@ def main() -> None:
         module.fail_json(msg=f"sglang_bench: {err}")
     if module.check_mode:
         module.exit_json(changed=False, ok=None, msg=f"check mode: bench_serving not run against {settings.base_url}")
-    result = bench.run_step(
-        bench.bench_command(params["python"]),
+    result = bench_steps.run_step(
+        bench_steps.bench_command(params["python"]),
         settings,
-        bench.Step(params["concurrency"], params["num_prompts"]),
+        bench_steps.Step(params["concurrency"], params["num_prompts"]),
         api_key,
     )
     module.exit_json(

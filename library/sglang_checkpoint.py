@@ -8,7 +8,7 @@ module: sglang_checkpoint
 short_description: Inspect the checkpoint the server loads (MTP draft layer, expert dtypes) from its headers alone
 description:
   - Reads config.json, the safetensors index, hf_quant_config.json and each shard's header (never tensor data) with
-    module_utils/sglang_deploy_host/checkpoint.py, the same code as C(sglang-deploy checkpoint DIR) on the control
+    module_utils/sglang_deploy_host/model/inspection.py, the same code as C(sglang-deploy checkpoint DIR) on the control
     node. The sglang_server role hands the result to its resolver, which refuses a speculative launch whose draft
     layer is missing or quantized, and shared-expert fusion across dtypes, before the unit starts.
   - The verdict is kept in I(verdict_path) with the size, mtime and inode of every file it read; a later run whose
@@ -40,7 +40,7 @@ reason:
   type: str
   returned: always
 inspection:
-  description: The inspection (checkpoint.Inspection.to_dict()) when I(state) is inspected, else null.
+  description: The inspection (inspection.Inspection.to_dict()) when I(state) is inspected, else null.
   type: dict
   returned: always
 kept:
@@ -50,7 +50,7 @@ kept:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import checkpoint
+from ansible.module_utils.sglang_deploy_host.model import inspection
 
 
 def main() -> None:
@@ -65,18 +65,18 @@ def main() -> None:
     host = module.params["inventory_hostname"]
     prefix = f"host {host}: " if host else ""
     path = module.params["path"].rstrip("/") or "/"
-    verdict_path = module.params["verdict_path"] or checkpoint.verdict_path(path)
+    verdict_path = module.params["verdict_path"] or inspection.verdict_path(path)
     result = {"state": "inspected", "reason": "", "inspection": None, "kept": False, "changed": False}
-    kept = checkpoint.read_kept(path, verdict_path)
+    kept = inspection.read_kept(path, verdict_path)
     if kept is not None:
         module.exit_json(**{**result, "inspection": kept.to_dict(), "kept": True})
     try:
-        found = checkpoint.inspect(path)
-    except checkpoint.AbsentCheckpointError as err:
+        found = inspection.inspect(path)
+    except inspection.AbsentCheckpointError as err:
         module.exit_json(**{**result, "state": "absent", "reason": str(err)})
-    except checkpoint.IncompleteCheckpointError as err:
+    except inspection.IncompleteCheckpointError as err:
         module.exit_json(**{**result, "state": "incomplete", "reason": str(err)})
-    except checkpoint.CheckpointError as err:
+    except inspection.CheckpointError as err:
         module.fail_json(
             msg=f"{prefix}the checkpoint the server loads, {path}, is malformed: {err}. Fix: delete the file it names "
             "(or the directory) and re-run: the hf_model role fetches what is missing; `sglang-deploy checkpoint DIR` "
@@ -85,7 +85,7 @@ def main() -> None:
     result["inspection"] = found.to_dict()
     if not module.check_mode:
         try:
-            why = checkpoint.keep(path, verdict_path, found)
+            why = inspection.keep(path, verdict_path, found)
         except OSError as err:
             why = f"{verdict_path}: {err.strerror}"
         result["changed"] = why is None

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: sglang_correctness_gate
 short_description: Ask a serving sglang the correctness probes and judge each whole answer
 description:
-  - Runs the correctness gate (module_utils/sglang_deploy_host/gate.py, the same code as C(sglang-deploy verify))
+  - Runs the correctness gate (module_utils/sglang_deploy_host/serving/gate.py, the same code as C(sglang-deploy verify))
     against I(url) - each probe at temperature 0, its prompt and max_tokens fitted to the context /v1/models
     reports - and fails unless every answer stopped by itself, matches its probe, fits the probe's length and is
     no loop. The rolling restart runs it against the worker it restarted, before the worker rejoins its routers.
@@ -46,7 +46,7 @@ report:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import endpoint, gate
+from ansible.module_utils.sglang_deploy_host.serving import endpoint, gate, unit_flags
 
 
 def main() -> None:
@@ -65,7 +65,7 @@ def main() -> None:
     prefix = f"host {host}: " if host else ""
     try:
         probes = gate.parse_probes(params["probes"], "probes")
-        url = endpoint.check_url(params["url"])
+        url = unit_flags.check_url(params["url"])
         key = endpoint.api_key_from_env_file(params["env_file"], params["api_key_env"])
     except (gate.ProbeFileError, ValueError) as err:
         module.fail_json(msg=f"{prefix}{err}", passed=None, report="")

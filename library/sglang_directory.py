@@ -13,7 +13,7 @@ description:
     code it runs) therefore cannot make root chown or chmod something else by planting a link.
   - Missing directories above I(path) are created root:root 0755; I(path) itself with mkdir, then its
     owner and mode are set through a descriptor opened with O_NOFOLLOW.
-  - The logic is module_utils/sglang_deploy_host/safepath.py. Check mode changes nothing and reports
+  - The logic is module_utils/sglang_deploy_host/fs/safepath.py. Check mode changes nothing and reports
     what would change; there an I(owner) or I(group) that does not exist yet (an earlier task of the same
     run would create it) is reported as to be set, while a real run fails naming it.
 options:
@@ -55,7 +55,7 @@ import pwd
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import safepath
+from ansible.module_utils.sglang_deploy_host.fs import safepath
 
 
 def _ids(owner: str, group: str) -> "tuple[int, int, list[str]]":

@@ -56,7 +56,7 @@ import os
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import driverstate
+from ansible.module_utils.sglang_deploy_host.gpu import driverstate
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ description:
     groups to I(path) through a temporary file renamed into place (mode 0644) - unless something else is
     there (a link, a directory, or a file that is not a targets list whose groups are sglang-deploy's,
     labelled job sglang-worker or sglang-router), which is refused, naming it.
-  - The logic is module_utils/sglang_deploy_host/file_sd.py. Check mode writes nothing and shows the diff.
+  - The logic is module_utils/sglang_deploy_host/watch/file_sd.py. Check mode writes nothing and shows the diff.
 options:
   path:
     description: The targets file (sglang_router_file_sd_path).
@@ -32,7 +32,7 @@ path:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import file_sd
+from ansible.module_utils.sglang_deploy_host.watch import file_sd
 
 
 def main() -> None:

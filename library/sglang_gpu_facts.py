@@ -33,7 +33,7 @@ gpu_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import gpufacts
+from ansible.module_utils.sglang_deploy_host.gpu import gpufacts
 
 
 def main() -> None:

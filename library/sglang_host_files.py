@@ -12,7 +12,8 @@ description:
     validator before install) into I(dest), root-owned and read-only to everyone else.
   - C(watchdog) is not one file but a copy of the package the watchdog needs
     (C(python3 -m sglang_deploy_host.watchdog), with C(PYTHONPATH=)I(dest)C(/python)); the watchdog
-    and the modules it imports, nothing else, in I(dest)C(/python/sglang_deploy_host/), mode 0644.
+    and the modules it imports, nothing else, in I(dest)C(/python/sglang_deploy_host/), mode 0644 (a module
+    an older layout left there is removed).
   - The source is the project's one copy, module_utils/sglang_deploy_host, which Ansible ships
     with this module; the CLI and the plugins import the same files.
 options:
@@ -47,13 +48,18 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 
 # Imported so that Ansible ships them with this module; their sources are what gets installed.
-from ansible.module_utils.sglang_deploy_host import gpufacts, sglang_launcher, unitcheck, watchdog  # noqa: F401
+from ansible.module_utils.sglang_deploy_host.gpu import gpufacts  # noqa: F401
+from ansible.module_utils.sglang_deploy_host.serving import sglang_launcher, unitcheck  # noqa: F401
+from ansible.module_utils.sglang_deploy_host import watchdog  # noqa: F401
 from ansible.module_utils.sglang_deploy_host.interp import package_closure, source
 
 MODE = 0o755
 # A module of a package copy is read, not run.
 PACKAGE_MODE = 0o644
 PACKAGES = ("watchdog",)
+# Each helper's module in the package (the name the role asks for is the file's name).
+SOURCES = {"gpufacts": "gpu.gpufacts", "sglang_launcher": "serving.sglang_launcher", "unitcheck": "serving.unitcheck",
+           "watchdog": "watchdog"}
 
 
 def _current(path: str, mode: int = MODE) -> tuple[bytes | None, bool]:
@@ -119,7 +125,7 @@ def main() -> None:
         diffs.append(
             {
                 "before_header": path,
-                "after_header": f"{path} (module_utils/sglang_deploy_host/{name}.py)",
+                "after_header": f"{path} (module_utils/sglang_deploy_host/{name.replace('.', '/')}.py)",
                 "before": "" if data is None else data.decode("utf-8", errors="replace"),
                 "after": wanted.decode("utf-8"),
             }
@@ -127,16 +133,30 @@ def main() -> None:
         if not module.check_mode:
             _write(path, wanted, mode)
 
+    def stale(package: str) -> None:
+        """A source left in the package's copy by an older layout is removed: the copy holds what it runs."""
+        for root, _, names in os.walk(package):
+            for leftover in sorted(n for n in names if n.endswith(".py") and os.path.join(root, n) not in files):
+                path = os.path.join(root, leftover)
+                changed_files.append(path)
+                diffs.append({"before_header": path, "after_header": path, "before": "present\n", "after": "absent\n"})
+                if not module.check_mode:
+                    os.unlink(path)
+
     directory(dest)
     for name in module.params["names"]:
         if name in PACKAGES:
             package = os.path.join(dest, "python", "sglang_deploy_host")
             directory(os.path.join(dest, "python"))
             directory(package)
-            for member in package_closure(name):
-                install(os.path.join(package, f"{member}.py"), member, PACKAGE_MODE)
+            for member in package_closure(SOURCES[name]):
+                *subpackages, leaf = member.split(".")
+                for depth in range(1, len(subpackages) + 1):
+                    directory(os.path.join(package, *subpackages[:depth]))
+                install(os.path.join(package, *subpackages, f"{leaf}.py"), member, PACKAGE_MODE)
+            stale(package)
         else:
-            install(os.path.join(dest, f"{name}.py"), name, MODE)
+            install(os.path.join(dest, f"{name}.py"), SOURCES[name], MODE)
     module.exit_json(changed=bool(changed_files), files=files, changed_files=changed_files, diff=diffs)
 
 

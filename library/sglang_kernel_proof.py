@@ -61,7 +61,7 @@ problems:
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import mlenv
+from ansible.module_utils.sglang_deploy_host.stack import mlenv
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ description:
     I(new_guest) (the run has just created or rebuilt the VM, so its keys are new); otherwise the module fails
     naming the host, the name, both fingerprints and the fix, as a changed key on an unchanged VM is what a
     man-in-the-middle looks like. Lines that only lack some of I(keys) are completed either way.
-  - Every key is checked again as an OpenSSH public key line (module_utils/sglang_deploy_host/hostkeys.py).
+  - Every key is checked again as an OpenSSH public key line (module_utils/sglang_deploy_pve/hostkeys.py).
 options:
   path:
     description: The known_hosts file (it may be missing).
@@ -91,7 +91,7 @@ msg:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import hostkeys
+from ansible.module_utils.sglang_deploy_pve import hostkeys
 
 
 def main() -> None:

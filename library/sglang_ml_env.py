@@ -171,7 +171,8 @@ from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import interp, lockfile, mlenv
+from ansible.module_utils.sglang_deploy_host import interp
+from ansible.module_utils.sglang_deploy_host.stack import lockfile, mlenv
 
 _UV_REQUIREMENTS = "uv-requirements.txt"
 # Lines of a failed command's output kept in the message.
@@ -534,7 +535,7 @@ class MlEnv:
         step = f"checking {self.venv} with its python"
         try:
             proc = interp.run_module(
-                str(self.venv / "bin" / "python"), "mlenv", args, names=list(mlenv.CHECK_MODULES), timeout=deadline.left(step)
+                str(self.venv / "bin" / "python"), "stack.mlenv", args, names=list(mlenv.CHECK_MODULES), timeout=deadline.left(step)
             )
         except subprocess.TimeoutExpired:
             raise BuildError(f"{step}: did not finish within the build's {deadline.seconds} s (timeout)") from None

@@ -10,7 +10,7 @@ description:
   - Read-only; runs in check mode too. Reads the node's sysfs (the API does not say which driver holds a
     device) and fails, naming the node, the device and the fix, when IOMMU is off, a device is missing or held
     by a host driver (nvidia, nouveau), or its IOMMU group holds another device a host driver keeps.
-  - The logic is module_utils/sglang_deploy_host/pcidev.py.
+  - The logic is module_utils/sglang_deploy_host/gpu/pcidev.py.
 options:
   devices:
     description: Name (GPU mapping or address) -> list of PCI addresses on this node.
@@ -37,7 +37,7 @@ devices:
 from dataclasses import asdict
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import pcidev
+from ansible.module_utils.sglang_deploy_host.gpu import pcidev
 
 
 def main() -> None:

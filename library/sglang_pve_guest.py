@@ -14,7 +14,7 @@ description:
   - With I(host_keys), it then reads the guest's SSH host public keys through the agent (C(agent/file-read) of
     C(/etc/ssh/ssh_host_ed25519_key.pub), then the ecdsa and rsa ones when present), retrying within the same
     I(timeout) until the ed25519 key is there (cloud-init writes the keys on the first boot). Each key must parse
-    as an OpenSSH public key of the type its file names (module_utils/sglang_deploy_host/hostkeys.py); anything
+    as an OpenSSH public key of the type its file names (module_utils/sglang_deploy_pve/hostkeys.py); anything
     else fails the module, so nothing unchecked reaches known_hosts. The channel is the node's API (its TLS
     certificate verified, the token authenticated), not the network the guest is reached on.
 options:
@@ -62,15 +62,8 @@ import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import hostkeys, pve
-from ansible.module_utils.sglang_pve_client import (
-    AUTH_RULES,
-    HAS_PROXMOXER,
-    PROXMOXER_ERROR,
-    PveApiError,
-    PveClient,
-    module_argument_spec,
-)
+from ansible.module_utils.sglang_deploy_pve import hostkeys, vmconfig, vmspec
+from ansible.module_utils.sglang_deploy_pve import client as pve
 from ansible_collections.community.proxmox.plugins.module_utils.proxmox import proxmox_auth_argument_spec
 
 
@@ -87,11 +80,11 @@ class NoFileRead(Exception):
     """The API refused the agent's file-read (403): waiting longer does not help."""
 
 
-def read_file(client: PveClient, base: str, path: str) -> str:
+def read_file(client: pve.PveClient, base: str, path: str) -> str:
     """A guest file's text through the agent; '' when it is not there (yet)."""
     try:
         answer = client.get(f"{base}/file-read", file=path)
-    except PveApiError as exc:
+    except pve.PveApiError as exc:
         if exc.status == 403:
             raise NoFileRead(exc.message) from None
         raise
@@ -101,11 +94,11 @@ def read_file(client: PveClient, base: str, path: str) -> str:
     return str(answer.get("content") or "")
 
 
-def read_host_keys(client: PveClient, base: str) -> tuple[list[dict[str, Any]], str]:
+def read_host_keys(client: pve.PveClient, base: str) -> tuple[list[dict[str, Any]], str]:
     """(the guest's host keys, '') once the ed25519 key is there; ([], why not) before."""
     try:
         text = read_file(client, base, hostkeys.REQUIRED_KEY_FILE)
-    except PveApiError as exc:  # QGA: "Failed to open file ...: No such file or directory", or not ready
+    except pve.PveApiError as exc:  # QGA: "Failed to open file ...: No such file or directory", or not ready
         return [], f"reading {hostkeys.REQUIRED_KEY_FILE}: {exc.message}"
     if not text.strip():
         return [], f"{hostkeys.REQUIRED_KEY_FILE} is not there yet (or empty)"
@@ -114,7 +107,7 @@ def read_host_keys(client: PveClient, base: str) -> tuple[list[dict[str, Any]], 
         if path != hostkeys.REQUIRED_KEY_FILE:
             try:
                 text = read_file(client, base, path)
-            except PveApiError as exc:
+            except pve.PveApiError as exc:
                 if exc.status == 500:  # the agent's own error: no such file, no key of that type on this guest
                     continue
                 raise  # no answer: try the whole set again
@@ -137,21 +130,21 @@ def read_host_keys(client: PveClient, base: str) -> tuple[list[dict[str, Any]], 
 
 
 def main() -> None:
-    argument_spec = module_argument_spec(
+    argument_spec = pve.module_argument_spec(
         proxmox_auth_argument_spec(),
         vmid={"type": "int", "required": True},
         timeout={"type": "int", "default": 600},
         poll={"type": "float", "default": 5.0},
         host_keys={"type": "bool", "default": False},
     )
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **AUTH_RULES)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **pve.AUTH_RULES)
     p = module.params
     node, vmid = p["node"], p["vmid"]
-    where = f"host {p['inventory_hostname'] or '?'}: VM {vmid} on node {pve.shown(node)}"
-    if pve.node_problem(node):  # it goes into every request's path
-        module.fail_json(msg=f"{where}: {pve.node_problem(node)}. Nothing was asked.")
-    if not HAS_PROXMOXER:
-        module.fail_json(msg=f"{where}: proxmoxer is missing ({PROXMOXER_ERROR}). Fix: pip install proxmoxer")
+    where = f"host {p['inventory_hostname'] or '?'}: VM {vmid} on node {vmspec.shown(node)}"
+    if vmspec.node_problem(node):  # it goes into every request's path
+        module.fail_json(msg=f"{where}: {vmspec.node_problem(node)}. Nothing was asked.")
+    if not pve.HAS_PROXMOXER:
+        module.fail_json(msg=f"{where}: proxmoxer is missing ({pve.PROXMOXER_ERROR}). Fix: pip install proxmoxer")
     start = time.monotonic()
     base = f"nodes/{node}/qemu/{vmid}/agent"
     last = "no answer yet"
@@ -159,12 +152,12 @@ def main() -> None:
     address = ""
     while True:
         try:
-            client = PveClient(p)
+            client = pve.PveClient(p)
             if not address:
                 client.post(f"{base}/ping")
                 answered = True
                 interfaces = client.get(f"{base}/network-get-interfaces")
-                address = pve.pick_address((interfaces or {}).get("result") or [])
+                address = vmconfig.pick_address((interfaces or {}).get("result") or [])
                 last = "" if address else "the agent answers but reports no global address yet"
             if address and not p["host_keys"]:
                 module.exit_json(changed=False, address=address, waited=round(time.monotonic() - start, 1))
@@ -174,7 +167,7 @@ def main() -> None:
                     module.exit_json(
                         changed=False, address=address, host_keys=keys, waited=round(time.monotonic() - start, 1)
                     )
-        except PveApiError as exc:
+        except pve.PveApiError as exc:
             last = exc.message
         except NoFileRead as exc:
             module.fail_json(

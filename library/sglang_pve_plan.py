@@ -17,10 +17,10 @@ description:
     refused unless the login is root@pam with a password; an API token is never root@pam.
   - The plan is C(create), C(rebuild), C(converge), C(none) or C(absent); I(kvm_create) and I(kvm_update)
     are community.proxmox.proxmox_kvm parameters. The checks and the plan are
-    module_utils/sglang_deploy_host/pve_plan.py, the configuration logic pve.py beside it.
+    module_utils/sglang_deploy_pve/vmplan.py, the configuration logic vmspec.py beside it.
 options:
   vm:
-    description: The VM definition, the fields of VmSpec in pve.py (the role's proxmox_vm_* variables).
+    description: The VM definition, the fields of VmSpec in module_utils/sglang_deploy_pve/vmspec.py (the role's proxmox_vm_* variables).
     type: dict
     required: true
   state:
@@ -118,25 +118,18 @@ pve_version:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import pve, pve_plan
-from ansible.module_utils.sglang_pve_client import (
-    AUTH_RULES,
-    HAS_PROXMOXER,
-    PROXMOXER_ERROR,
-    PveApiError,
-    PveClient,
-    credentials_fix,
-    module_argument_spec,
-    unreachable_fix,
-)
+from ansible.module_utils.sglang_deploy_pve import vmspec, vmplan
+from ansible.module_utils.sglang_deploy_pve import client as pve
 from ansible_collections.community.proxmox.plugins.module_utils.proxmox import proxmox_auth_argument_spec
 
-# The planner (module_utils/sglang_deploy_host/pve_plan.py) is stdlib only: it reaches the API through these.
-CONNECTOR = pve_plan.Connector(PveClient, PveApiError, unreachable_fix, credentials_fix, HAS_PROXMOXER, PROXMOXER_ERROR)
+# The planner (module_utils/sglang_deploy_pve/vmplan.py) is stdlib only: it reaches the API through these.
+CONNECTOR = vmplan.Connector(
+    pve.PveClient, pve.PveApiError, pve.unreachable_fix, pve.credentials_fix, pve.HAS_PROXMOXER, pve.PROXMOXER_ERROR
+)
 
 
 def main() -> None:
-    argument_spec = module_argument_spec(
+    argument_spec = pve.module_argument_spec(
         proxmox_auth_argument_spec(),
         vm={"type": "dict", "required": True},
         state={"type": "str", "choices": ["present", "absent"], "default": "present"},
@@ -145,13 +138,13 @@ def main() -> None:
         restart_allowed={"type": "bool", "default": False},
         image_url={"type": "str", "default": ""},
     )
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **AUTH_RULES)
-    planner = pve_plan.Planner(module.params, CONNECTOR)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **pve.AUTH_RULES)
+    planner = vmplan.Planner(module.params, CONNECTOR)
     try:
         result = planner.run()
-    except (pve_plan.Refusal, pve.SpecError) as exc:
+    except (vmplan.Refusal, vmspec.SpecError) as exc:
         module.fail_json(msg=str(exc))
-    except PveApiError as exc:
+    except pve.PveApiError as exc:
         module.fail_json(msg=f"{planner.where()}: the API answered {exc.message}. Nothing was changed.")
     module.exit_json(**result)
 

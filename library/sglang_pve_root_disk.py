@@ -76,26 +76,18 @@ calls:
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import pve
-from ansible.module_utils.sglang_pve_client import (
-    AUTH_RULES,
-    HAS_PROXMOXER,
-    PROXMOXER_ERROR,
-    PveApiError,
-    PveClient,
-    module_argument_spec,
-    unreachable_fix,
-)
+from ansible.module_utils.sglang_deploy_pve import vmconfig, vmspec
+from ansible.module_utils.sglang_deploy_pve import client as pve
 from ansible_collections.community.proxmox.plugins.module_utils.proxmox import proxmox_auth_argument_spec
 
 
 def _weights(config: dict[str, Any], serial: str) -> dict[str, str]:
-    found = pve.find_serial(config, serial)
+    found = vmconfig.find_serial(config, serial)
     return {"key": found[0].key, "volume": found[0].volume} if len(found) == 1 else {}
 
 
 def main() -> None:
-    argument_spec = module_argument_spec(
+    argument_spec = pve.module_argument_spec(
         proxmox_auth_argument_spec(),
         vmid={"type": "int", "required": True},
         storage={"type": "str", "required": True},
@@ -106,29 +98,29 @@ def main() -> None:
         regenerate_cloudinit={"type": "bool", "default": False},
         timeout={"type": "int", "default": 900},
     )
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **AUTH_RULES)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **pve.AUTH_RULES)
     p = module.params
-    node, vmid, slot = p["node"], p["vmid"], pve.ROOT_SLOT
-    where = f"host {p['inventory_hostname'] or '?'}: VM {vmid} on node {pve.shown(node)}"
+    node, vmid, slot = p["node"], p["vmid"], vmspec.ROOT_SLOT
+    where = f"host {p['inventory_hostname'] or '?'}: VM {vmid} on node {vmspec.shown(node)}"
     # sglang_pve_plan checked these variables; they reach this module on their own, so again, before any request.
     problems = [
-        pve.node_problem(node),
-        pve.storage_problem("proxmox_vm_storage", p["storage"]),
-        pve.volume_problem("proxmox_vm_image", p["image"]),
-        pve.serial_problem("proxmox_vm_weights_disk_serial", p["weights_serial"]),
+        vmspec.node_problem(node),
+        vmspec.storage_problem("proxmox_vm_storage", p["storage"]),
+        vmspec.volume_problem("proxmox_vm_image", p["image"]),
+        vmspec.serial_problem("proxmox_vm_weights_disk_serial", p["weights_serial"]),
     ]
     if any(problems):
         module.fail_json(msg=f"{where}: " + "; ".join(filter(None, problems)) + ". Nothing was changed.")
-    if not HAS_PROXMOXER:
-        module.fail_json(msg=f"{where}: proxmoxer is missing ({PROXMOXER_ERROR}). Fix: pip install proxmoxer")
+    if not pve.HAS_PROXMOXER:
+        module.fail_json(msg=f"{where}: proxmoxer is missing ({pve.PROXMOXER_ERROR}). Fix: pip install proxmoxer")
     calls: list[str] = []
     base = f"nodes/{node}/qemu/{vmid}"
     try:
-        client = PveClient(p)
+        client = pve.PveClient(p)
         config = client.get(f"{base}/config")
         status = client.get(f"{base}/status/current").get("status")
         weights = _weights(config, p["weights_serial"])
-        old = pve.parse_props(config.get(slot, ""), "file").get("file", "")
+        old = vmspec.parse_props(config.get(slot, ""), "file").get("file", "")
         if p["replace"] and status != "stopped":
             module.fail_json(msg=f"{where}: the VM is {status}; its root disk is only replaced while it is stopped")
         if weights.get("key") == slot or (old and old == weights.get("volume")):
@@ -156,8 +148,8 @@ def main() -> None:
             client.put(f"{base}/cloudinit")
             calls.append(f"PUT {base}/cloudinit")
         after = client.get(f"{base}/config")
-    except PveApiError as exc:
-        fix = unreachable_fix("the API", node) if exc.status == 0 else "check the task log in PVE (Tasks)"
+    except pve.PveApiError as exc:
+        fix = pve.unreachable_fix("the API", node) if exc.status == 0 else "check the task log in PVE (Tasks)"
         module.fail_json(
             msg=f"{where}: replacing the root disk failed after {calls or 'no change'}: {exc.message}. {fix}",
             calls=calls,

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: sglang_quality
 short_description: Record the served token distribution as a reference, or check a server against one
 description:
-  - Runs the quality check (module_utils/sglang_deploy_host/quality.py, the same code as C(sglang-deploy quality))
+  - Runs the quality check (module_utils/sglang_deploy_host/serving/quality.py, the same code as C(sglang-deploy quality))
     against I(url) through sglang's native C(/generate) logprob API.
   - C(action=check) compares the server with I(reference) - per-token KL divergence (mean and p99) over teacher-forced
     and greedy positions, top-1 agreement, greedy agreement and batch consistency at concurrency 8 or more - and
@@ -73,7 +73,7 @@ reference:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import endpoint, quality
+from ansible.module_utils.sglang_deploy_host.serving import endpoint, quality, quality_reference, unit_flags
 
 
 def _keep_line(path: str, line: str) -> None:
@@ -112,17 +112,17 @@ def main() -> None:
     host = params["inventory_hostname"]
     prefix = f"host {host}: " if host else ""
     try:
-        url = endpoint.check_url(params["url"])
+        url = unit_flags.check_url(params["url"])
         key = endpoint.api_key_from_env_file(params["env_file"], params["api_key_env"])
         if params["action"] == "record":
-            prompts = quality.parse_prompt_set(params["prompts"], "prompts")
+            prompts = quality_reference.parse_prompt_set(params["prompts"], "prompts")
             reference = None
         else:
-            reference = quality.parse_reference(params["reference"], "reference")
+            reference = quality_reference.parse_reference(params["reference"], "reference")
             prompts = None
-        base = reference.thresholds if reference is not None else quality.Thresholds()
+        base = reference.thresholds if reference is not None else quality_reference.Thresholds()
         limits = base.merged(params["thresholds"], "thresholds")
-    except (quality.QualityInputError, ValueError) as err:
+    except (quality_reference.QualityInputError, ValueError) as err:
         module.fail_json(msg=f"{prefix}{err}", passed=None, report="")
     if module.check_mode:
         module.exit_json(changed=False, passed=None, report="check mode: nothing asked")

@@ -61,7 +61,7 @@ attempts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import endpoint
+from ansible.module_utils.sglang_deploy_host.serving import endpoint, unit_flags
 
 
 def main() -> None:
@@ -82,7 +82,7 @@ def main() -> None:
     )
     params = module.params
     flags = {name: params[key] for name, key in (("host", "bind_host"), ("port", "port")) if params[key] is not None}
-    url = params["url"] or endpoint.base_url(flags)
+    url = params["url"] or unit_flags.base_url(flags)
     if module.check_mode:
         module.exit_json(changed=False, ready=None, attempts=0, verdict=f"check mode: {url} not polled")
     try:

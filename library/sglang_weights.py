@@ -13,7 +13,7 @@ description:
   - Refuses, before writing anything, a source whose files no longer have the listed sizes.
   - Check mode writes nothing and reports what would be written (files, bytes) and a diff of the sizes.
     The hf_model role runs it in the background (async) outside check mode; the logic is
-    module_utils/sglang_deploy_host/weights.py, the same as C(python3 -m sglang_deploy_host.weights copy).
+    module_utils/sglang_deploy_host/model/weights.py, the same as C(python3 -m sglang_deploy_host.model.weights copy).
 options:
   src:
     description: The local checkpoint directory (the hf_model role's hf_model_local_path).
@@ -51,7 +51,7 @@ total_bytes:
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import weights
+from ansible.module_utils.sglang_deploy_host.model import weights
 
 
 def _size(item: weights.PendingFile) -> str:

@@ -12,7 +12,7 @@ description:
     1 GiB, else both ends and 1024 windows spread over it);
     a disk with any data is never formatted (the task fails when it holds data without a filesystem, or another
     filesystem than I(fstype)). Returns the filesystem's UUID, which the weights_disk role mounts by.
-  - Supports check mode (says whether it would format). The logic is module_utils/sglang_deploy_host/blockdev.py.
+  - Supports check mode (says whether it would format). The logic is module_utils/sglang_deploy_host/fs/blockdev.py.
 options:
   serial:
     description: The disk's serial (PVE's serial= of the weights disk).
@@ -69,7 +69,7 @@ block_device:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_deploy_host import blockdev
+from ansible.module_utils.sglang_deploy_host.fs import blockdev
 
 
 def main() -> None:

@@ -10,8 +10,8 @@ description:
   - Compares I(dest) with the source's files and sizes (I(files) from the hub, a recorded I(manifest), or
     a local checkpoint I(src), which is then checked itself). Every safetensors shard must also have the
     size its own header implies, so a truncated shard is found without any network access.
-  - Read-only; runs in check mode too. The logic is module_utils/sglang_deploy_host/weights.py, the same
-    file as C(python3 -m sglang_deploy_host.weights) on the control node.
+  - Read-only; runs in check mode too. The logic is module_utils/sglang_deploy_host/model/weights.py, the same
+    file as C(python3 -m sglang_deploy_host.model.weights) on the control node.
   - The hf_model role's module. I(require) turns a finding into a failure whose message names the role's
     variable to fix (src is hf_model_local_path, dest hf_model_dir, margin_gib hf_model_disk_margin_gib).
 options:
@@ -127,7 +127,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.formatters import bytes_to_human
-from ansible.module_utils.sglang_deploy_host import weights
+from ansible.module_utils.sglang_deploy_host.model import weights
 
 GIB = 1024**3
 

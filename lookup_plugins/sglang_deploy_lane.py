@@ -47,9 +47,8 @@ from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
 try:
-    from sglang_deploy.lanes import catalog
-    from sglang_deploy.lanes import lock
-    from sglang_deploy_host import lockfile
+    from sglang_deploy.lanes import catalog, lock
+    from sglang_deploy_host.stack import lockfile
 except ImportError as exc:  # a clear message beats a bare "lookup plugin not found"
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "

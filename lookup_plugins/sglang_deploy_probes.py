@@ -6,7 +6,7 @@ DOCUMENTATION = r"""
 name: sglang_deploy_probes
 short_description: The correctness gate's probes (the shipped default set, or a probes file), checked
 description:
-  - Reads a probes file on the control node - the shipped default set (sglang_deploy_host/probes/default.yml,
+  - Reads a probes file on the control node - the shipped default set (sglang_deploy_host/serving/probes/default.yml,
     what `sglang-deploy verify` asks) with no term, or the file a term names - checks every entry as the gate
     does, and returns the list for a module's I(probes) (sglang_correctness_gate on the host, which has no
     copy of the file).
@@ -30,7 +30,7 @@ from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
 try:
-    from sglang_deploy_host import gate
+    from sglang_deploy_host.serving import gate
 except ImportError as exc:  # a clear message beats a bare "lookup plugin not found"
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "

@@ -30,7 +30,7 @@ from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
 try:
-    from sglang_deploy_host import quality
+    from sglang_deploy_host.serving import quality_reference
 except ImportError as exc:  # a clear message beats a bare "lookup plugin not found"
     raise ImportError(
         "the sglang_deploy package is not importable by this Ansible's Python. "
@@ -46,11 +46,11 @@ class LookupModule(LookupBase):
             raise AnsibleLookupError(f"sglang_deploy_quality takes 'reference' PATH or 'prompts' [PATH], got {terms!r}")
         try:
             if kind == "reference":
-                data = quality.reference_data(path)
-                quality.parse_reference(data, path)
+                data = quality_reference.reference_data(path)
+                quality_reference.parse_reference(data, path)
             else:
-                data = quality.prompt_set_data(path or None)
-                quality.parse_prompt_set(data, path or str(quality.DEFAULT_PROMPTS))
-        except quality.QualityInputError as err:
+                data = quality_reference.prompt_set_data(path or None)
+                quality_reference.parse_prompt_set(data, path or str(quality_reference.DEFAULT_PROMPTS))
+        except quality_reference.QualityInputError as err:
             raise AnsibleLookupError(f"sglang_deploy_quality: {err}") from None
         return [data]

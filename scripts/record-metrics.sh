@@ -76,12 +76,13 @@ record_watchdog() {
   PYTHONPATH="${REPO_ROOT}/module_utils" python3 - "${textfiles}/sglang-watchdog.prom" <<'PY'
 import sys, time
 from sglang_deploy_host import watchdog as wd
+from sglang_deploy_host.watch import model as watch_model
 now = time.time()
-config = wd.Config(unit="sglang.service", url="http://127.0.0.1:8000", env_file=None, api_key_env=None,
+config = watch_model.Config(unit="sglang.service", url="http://127.0.0.1:8000", env_file=None, api_key_env=None,
                    expected_gpus=8, state_file="/dev/null", failures=3, backoff_initial_s=600, backoff_max_s=7200,
                    timeout_s=60, start_grace_s=2400, stable_s=3600, max_restarts_per_hour=3, service_user="sglang")
-state = wd.State(failures=3, restarts=3, restarts_total=7, restart_times=[now - 3000, now - 1900, now - 700],
-                 giving_up_until=now + 600, last_result=wd.GIVING_UP)
+state = watch_model.State(failures=3, restarts=3, restarts_total=7, restart_times=[now - 3000, now - 1900, now - 700],
+                 giving_up_until=now + 600, last_result=watch_model.GIVING_UP)
 open(sys.argv[1], "w").write(wd.metrics_text(config, state, now))
 PY
   port="$(free_port)"
@@ -138,7 +139,7 @@ start_router() {
   # The role's launcher: the key from the environment, never in argv; colour codes stripped. It
   # ignores SIGTERM (systemd signals the whole unit), so it runs in a session of its own and is
   # stopped the same way, by its process group (stop_router).
-  SGLANG_ROUTER_API_KEY="$key" setsid "${venv}/bin/python3" module_utils/sglang_deploy_host/sglang_launcher.py \
+  SGLANG_ROUTER_API_KEY="$key" setsid "${venv}/bin/python3" module_utils/sglang_deploy_host/serving/sglang_launcher.py \
     --module smg.launch_router --strip-ansi --env-flag api-key=SGLANG_ROUTER_API_KEY -- \
     --host 127.0.0.1 --port "$port" --worker-urls "${urls[@]}" \
     --health-check-interval-secs 1 --health-check-timeout-secs 2 --health-failure-threshold 2 \

@@ -62,434 +62,68 @@ Exit status: 0 healthy (or nothing to watch), 1 the check failed, 2 bad argument
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import math
 import os
-import pwd
 import re
 import stat
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
-from urllib.parse import urlsplit
+from dataclasses import asdict
+from typing import Any, Callable, List, Optional, Sequence
 
-from . import endpoint, gpufacts, sglang_launcher
-from .files import UnreadableFileError, read_regular_file
+from .serving import endpoint, sglang_launcher, unit_flags
+from .gpu import gpufacts
+from .fs.files import UnreadableFileError, read_regular_file
+from .watch.observe import Budget, generate, gpu_check, kernel_xids, progress, run_in_budget, unit_state, xid_codes
+from .watch.model import (
+    BUSY,
+    CLOCK,
+    COMMAND_TIMEOUT_S,
+    Config,
+    Decision,
+    FAILED,
+    GIVING_UP,
+    GPU_PROBLEM,
+    GPU_XID,
+    HELD,
+    HOUR_S,
+    IDLE,
+    MAX_SECONDS,
+    METRICS_TIMEOUT_S,
+    NVIDIA_SMI_TIMEOUT_S,
+    OK,
+    Observation,
+    PORT_TAKEN,
+    PREFIX,
+    REFUSED,
+    RESTART,
+    RESTART_FAILED,
+    RESTART_LOG_MAX,
+    SERVICE_NAME,
+    STATE_MAX_BYTES,
+    State,
+    WAITING,
+    XID_NEEDS_RESET,
+)
 
-PREFIX = "sglang-watchdog:"
-# The words after PREFIX, one per kind of decision (doctor_rules.yml matches them).
-OK, WAITING, FAILED, RESTART, HELD, RESTART_FAILED = "OK", "WAITING", "CHECK FAILED", "RESTART", "RESTART HELD", "RESTART FAILED"
-GPU_PROBLEM, GPU_XID, REFUSED, IDLE = "GPU PROBLEM", "GPU XID", "REFUSED", "IDLE"
-BUSY, GIVING_UP, PORT_TAKEN, CLOCK = "BUSY", "GIVING UP", "PORT TAKEN", "CLOCK"
-GENERATE_PATH = "/generate"
-GENERATE_PROMPT = "Say OK."
-GENERATE_MAX_NEW_TOKENS = 4
-STATE_MAX_BYTES = 64 * 1024
-# Kernel log lines read per check: an Xid storm is reported by its first lines, and a kernel line is
-# at most ~1 KiB (printk), so this bounds what journalctl hands back.
-KERNEL_LOG_LINES = 1000
-# Each outside command's own bound (the tick's deadline may cut it shorter) and what it may print.
-COMMAND_TIMEOUT_S = 10.0
-COMMAND_MAX_BYTES = 4 * 1024 * 1024
-NVIDIA_SMI_TIMEOUT_S = 60.0
-METRICS_TIMEOUT_S = 10.0
 # What one tick may take beyond its generation (--timeout): systemctl show, journalctl, systemctl restart
 # (10 s each), nvidia-smi's two queries (60 s each), /metrics before and after (10 s each), /proc/net and
 # the files (~1 s). Every call gets its own bound or what is left of this, the smaller (Budget).
 TICK_EXTRA_S = 3 * COMMAND_TIMEOUT_S + 2 * NVIDIA_SMI_TIMEOUT_S + 2 * METRICS_TIMEOUT_S + 10.0
-# /proc/net/tcp{,6} lists every socket of the host, ~150 bytes each: read at most this much of each.
-PROC_NET_MAX_BYTES = 64 * 1024 * 1024
-# Restart times kept in the state (the hourly cap needs the last hour's).
-RESTART_LOG_MAX = 64
-HOUR_S = 3600.0
-# The largest value any duration or count of the CLI may take (a year of seconds): beyond is a typo.
-MAX_SECONDS = 365 * 24 * 3600.0
 MASK = "********"
-# NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors): codes after which the GPU needs a reset
-# (or the host a reboot) before it computes again; restarting sglang cannot help.
-# 48 double-bit ECC, 79 fallen off the bus, 95 uncontained ECC, 119/120 GSP RPC timeout / GSP error,
-# 154 recovery action changed (reset or reboot required).
-XID_NEEDS_RESET = frozenset({48, 79, 95, 119, 120, 154})
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+)")
 # syslog priorities systemd reads from a "<N>" line prefix when stdout is the journal.
 _PRIORITY = {"crit": 2, "err": 3, "warning": 4, "notice": 5, "info": 6}
-KEY_FIX = (
-    "the API key in the unit's env file and the server's must be the same: run the role again "
-    "(it writes both), then `systemctl restart` the server if it still runs with an old key"
-)
-REQUEST_FIX = (
-    "the server refuses the watchdog's request (POST /generate, text and sampling_params as sglang's native "
-    "API takes them): check that --url is an sglang server and its version serves /generate"
-)
-SERVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9:_.@-]*\.service")
-
-
-def unit_name(server_unit: str) -> str:
-    """The watchdog's own unit name (without ``.service``/``.timer``) for a server unit name: the
-    role names its units so, and ``sglang-deploy doctor -i`` reads that unit's journal too."""
-    return f"{server_unit[: -len('.service')] if server_unit.endswith('.service') else server_unit}-watchdog"
-
-
-@dataclass(frozen=True)
-class Config:
-    """One check's settings. The numbers have no defaults here: the role's defaults
-    (``sglang_server_watchdog_*``) are their only source, and the unit passes every one."""
-
-    unit: str
-    url: str
-    env_file: Optional[str]
-    api_key_env: Optional[str]
-    expected_gpus: int
-    state_file: str
-    failures: int
-    backoff_initial_s: float
-    backoff_max_s: float
-    timeout_s: float
-    start_grace_s: float
-    # Seconds of generating after which the back-off starts again from its first pause.
-    stable_s: float
-    max_restarts_per_hour: int
-    # The unit's User=: the only owner a socket on the server's port may have before the key is sent.
-    service_user: str
-    visible_devices: Optional[str] = None
-    metrics_file: Optional[str] = None
-    # The CA an https server's certificate is verified with (the unit's --ssl-ca-certs); "" = plain HTTP.
-    cafile: str = ""
-    nvidia_smi: str = gpufacts.DEFAULT_NVIDIA_SMI
-    journalctl: str = "journalctl"
-    systemctl: str = "systemctl"
-    proc_net: str = "/proc/net"
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 1_000_000
-
-
-def _is_time(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
-
-
-def _is_text(value: Any) -> bool:
-    return isinstance(value, str) and len(value) <= 4096
-
-
-_OPTIONAL_TEXT = (lambda v: v is None or _is_text(v))
-_OPTIONAL_TIME = (lambda v: v is None or _is_time(v))
-
-
-@dataclass
-class State:
-    """What the watchdog remembers between ticks (the StateDirectory= file)."""
-
-    failures: int = 0  # failed generations in a row
-    restarts: int = 0  # restarts since the server last generated for --stable seconds (the back-off's exponent)
-    last_restart: Optional[float] = None  # wall clock of the last restart
-    restart_times: List[float] = field(default_factory=list)  # wall clocks of the recent restarts (the hourly cap)
-    restarts_total: int = 0  # every restart this watchdog made (the metrics file's counter)
-    healthy_since: Optional[float] = None  # wall clock of the first generation of the current good run
-    giving_up_until: Optional[float] = None  # wall clock when the hourly cap frees a restart again (None: not given up)
-    generated_invocation: Optional[str] = None  # the unit's InvocationID that generated last
-    waiting_invocation: Optional[str] = None  # the InvocationID a WAITING line was written for
-    last_result: str = ""  # the last decision word
-    last_check: Optional[float] = None  # wall clock of the last check (the Xid window starts here)
-    last_gpu_problem: str = ""  # the GPU problem reported last ("" when none)
-    last_line: str = ""
-
-    # Each field's check: a state file is read back, and whatever wrote it, a wrong value starts afresh.
-    _CHECKS = {
-        "failures": _is_count, "restarts": _is_count, "restarts_total": _is_count,
-        "last_restart": _OPTIONAL_TIME, "healthy_since": _OPTIONAL_TIME, "last_check": _OPTIONAL_TIME,
-        "giving_up_until": _OPTIONAL_TIME,
-        "restart_times": lambda v: isinstance(v, list) and len(v) <= RESTART_LOG_MAX and all(_is_time(t) for t in v),
-        "generated_invocation": _OPTIONAL_TEXT, "waiting_invocation": _OPTIONAL_TEXT,
-        "last_result": _is_text, "last_gpu_problem": _is_text, "last_line": _is_text,
-    }  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, data: Any) -> "State":
-        """The state ``data`` holds; ValueError naming the first field that is not of its kind."""
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        known = {f.name for f in fields(cls)}
-        for name, value in data.items():
-            if name in known and not cls._CHECKS[name](value):
-                raise ValueError(f"{name} = {str(value)[:80]!r} is not a value it can hold")
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
-@dataclass(frozen=True)
-class UnitState:
-    active_state: str
-    sub_state: str = ""
-    invocation_id: str = ""
-    # CLOCK_MONOTONIC seconds when the unit last became active (None: never).
-    active_since: Optional[float] = None
-
-
-@dataclass(frozen=True)
-class Generation:
-    ok: bool
-    what: str
-    # A refusal a restart cannot fix (401/403: the API key; another 4xx: the request), and its fix.
-    refused: bool = False
-    fix: str = ""
-    # Something else holds the server's port: the key was not sent (the line names the owner).
-    port_taken: bool = False
-
-
-@dataclass(frozen=True)
-class Progress:
-    """sglang's token counters from /metrics (``sglang:realtime_tokens_total`` summed over its modes and
-    ranks) and its running and queued requests; None where /metrics did not say."""
-
-    tokens: Optional[float] = None
-    running: Optional[float] = None
-    queued: Optional[float] = None
-
-
-@dataclass(frozen=True)
-class Observation:
-    unit: UnitState
-    gpu_problems: List[str]
-    gpu_summary: str
-    xids: List[str] = field(default_factory=list)
-    generation: Optional[Generation] = None  # None: not tried (unit idle, or a GPU problem)
-    # sglang's counters just before the generation and, when it failed, just after it: a server that
-    # works through a long prefill moves them during the check itself.
-    progress_before: Progress = field(default_factory=Progress)
-    progress: Progress = field(default_factory=Progress)
-
-
-@dataclass(frozen=True)
-class Decision:
-    state: State
-    lines: List[tuple]  # (priority, text)
-    restart: bool
-    status: int
 
 
 # -- what one check observes -----------------------------------------------------------------------
-class Budget:
-    """The tick's deadline: each outside call gets its own bound or what is left of the tick, the smaller."""
-
-    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock, self.end = clock, clock() + seconds
-
-    def left(self, cap: float) -> float:
-        return max(0.0, min(cap, self.end - self.clock()))
-
-
-def _run(argv: Sequence[str], budget: Budget, cap: float = COMMAND_TIMEOUT_S) -> gpufacts.Output:
-    seconds = budget.left(cap)
-    if seconds <= 0:
-        return gpufacts.Output("", f"{' '.join(argv)}: not run, the tick's time is spent", gpufacts.EXIT_TIMED_OUT)
-    return gpufacts.run_bounded(argv, seconds, COMMAND_MAX_BYTES)
-
-
-def unit_state(config: Config, budget: Optional[Budget] = None) -> UnitState:
-    """``systemctl show`` of the unit: active state, invocation, when it became active."""
-    done = _run(
-        [config.systemctl, "show", config.unit, "-p", "ActiveState", "-p", "SubState", "-p", "InvocationID",
-         "-p", "ActiveEnterTimestampMonotonic"], budget or Budget(COMMAND_TIMEOUT_S),
-    )  # fmt: skip
-    if done.rc != 0:
-        return UnitState("unknown", f"systemctl show exited {done.rc}: {' '.join(done.stderr.split())[:300]}")
-    props = dict(line.split("=", 1) for line in done.stdout.splitlines()[:100] if "=" in line)
-    since = props.get("ActiveEnterTimestampMonotonic", "0")
-    return UnitState(
-        props.get("ActiveState", "unknown")[:40],
-        props.get("SubState", "")[:40],
-        props.get("InvocationID", "")[:64],
-        int(since) / 1e6 if since.isdigit() and 0 < int(since) < 10**18 else None,
-    )
-
-
-def gpu_check(
-    config: Config, runner: Optional[Callable[[Sequence[str]], gpufacts.Output]] = None, budget: Optional[Budget] = None
-) -> "tuple[List[str], str]":
-    """Problems with the GPUs the server needs (empty when none), and a one-line summary."""
-    if runner is None:
-        clock = budget or Budget(2 * NVIDIA_SMI_TIMEOUT_S)
-
-        def runner(args: Sequence[str]) -> gpufacts.Output:
-            return gpufacts.run_nvidia_smi(args, config.nvidia_smi, timeout=clock.left(NVIDIA_SMI_TIMEOUT_S))
-
-    facts = gpufacts.collect(nvidia_smi=config.nvidia_smi, runner=runner, p2p=False)
-    problems: List[str] = []
-    if not facts.nvidia_smi_found:
-        problems.append(f"{config.nvidia_smi} is not there (is the NVIDIA driver installed?)")
-    problems += gpufacts.health_problems(facts)
-    problems += [e for e in facts.errors if e not in problems and not facts.gpus]
-    count, how = gpufacts.visible_gpu_count(facts, config.visible_devices)
-    if count < config.expected_gpus:
-        problems.insert(0, f"{how}, {config.expected_gpus} expected")
-    return problems, f"{count} of {config.expected_gpus} expected GPUs usable"
-
-
-def kernel_xids(config: Config, since: Optional[float], budget: Optional[Budget] = None) -> List[str]:
-    """NVIDIA Xid lines of the kernel log since ``since`` (wall clock; None: this boot), at most
-    KERNEL_LOG_LINES lines read. A journal that cannot be read gives no lines (and no verdict)."""
-    window = ["--since", f"@{int(since)}"] if since else ["-b"]
-    done = _run([config.journalctl, "-k", "-q", "--no-pager", "-o", "cat", "-n", str(KERNEL_LOG_LINES), *window],
-                budget or Budget(COMMAND_TIMEOUT_S))  # fmt: skip
-    return [line.strip()[:1000] for line in done.stdout.splitlines()[:KERNEL_LOG_LINES] if _XID.search(line)]
-
-
-def xid_codes(lines: Sequence[str]) -> List[tuple]:
-    """(PCI address, Xid code) of each Xid line, in order, each pair once."""
-    found: List[tuple] = []
-    for line in lines:
-        match = _XID.search(line)
-        if match and (match.group(1), int(match.group(2))) not in found:
-            found.append((match.group(1), int(match.group(2))))
-    return found
 
 
 # -- who holds the server's port -------------------------------------------------------------------
-def _proc_net_address(text: str) -> "ipaddress.IPv4Address | ipaddress.IPv6Address":
-    """An address as /proc/net/tcp{,6} writes it: hex, each 32-bit word in the host's (little-endian) order."""
-    raw = bytes.fromhex(text)
-    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-    return ipaddress.ip_address(words)
-
-
-def listeners(host: str, port: int, proc_net: str = "/proc/net") -> List[Tuple[str, int]]:
-    """The listening TCP sockets a connection to ``host``:``port`` could reach - bound to that address, to a
-    wildcard of its family, or (IPv4) to ``::`` or its IPv4-mapped form - as (address, owner uid), read from
-    ``proc_net``/tcp and tcp6 (at most PROC_NET_MAX_BYTES each)."""
-    target = ipaddress.ip_address(host)
-    found: List[Tuple[str, int]] = []
-    for name in ("tcp", "tcp6"):
-        try:
-            with open(os.path.join(proc_net, name), "rb") as handle:
-                text = handle.read(PROC_NET_MAX_BYTES).decode("ascii", "replace")
-        except OSError:
-            continue
-        for line in text.splitlines()[1:]:
-            fields_ = line.split()
-            if len(fields_) < 8 or fields_[3] != "0A":  # 0A: TCP_LISTEN
-                continue
-            address, _, port_hex = fields_[1].partition(":")
-            try:
-                if int(port_hex, 16) != port:
-                    continue
-                bound = _proc_net_address(address)
-                uid = int(fields_[7])
-            except ValueError:
-                continue
-            mapped = getattr(bound, "ipv4_mapped", None)
-            reaches = (
-                bound == target
-                or (bound.is_unspecified and (bound.version == target.version or bound.version == 6))
-                or (mapped is not None and mapped == target)
-            )
-            if reaches:
-                found.append((str(bound), uid))
-    return found
-
-
-def _user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
-
-
-def port_owner_problem(config: Config) -> Optional[Generation]:
-    """None when every socket that could take a connection to ``config.url`` is the service user's; else
-    the Generation (not tried) that says why the key is not sent: nothing listens (the server is not up),
-    or someone else holds the port."""
-    parts = urlsplit(config.url)
-    host, port = (parts.hostname or ""), parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        owner_uid = pwd.getpwnam(config.service_user).pw_uid
-    except KeyError:
-        return Generation(False, f"the service user {config.service_user!r} does not exist: the key is not sent", True,
-                          "run the role again (it creates the user)")  # fmt: skip
-    try:
-        held = listeners(host, port, config.proc_net)
-    except ValueError:  # not an IP address: the resolver allows none when the watchdog is enabled
-        return Generation(False, f"{host} is not an IP address: cannot tell who listens there; the key is not sent",
-                          True, "bind the server to an IP address (sglang_server_flags host)")  # fmt: skip
-    strangers = sorted({(address, uid) for address, uid in held if uid != owner_uid})
-    if strangers:
-        who = ", ".join(f"{endpoint.url_host(address)}:{port} by {_user_name(uid)}" for address, uid in strangers)
-        return Generation(
-            False,
-            f"the port is held by someone other than {config.service_user} ({who}): the API key is not sent to it",
-            True, f"find it with `ss -ltnp 'sport = :{port}'`, stop it, then `systemctl restart {config.unit}`",
-            port_taken=True,
-        )  # fmt: skip
-    if not held:
-        return Generation(False, f"nothing listens on {host}:{port} yet (the key is sent only to {config.service_user}'s socket)")
-    return None
 
 
 # -- the server's answers --------------------------------------------------------------------------
-def generate(config: Config, api_key: str) -> Generation:
-    """One tiny real generation; passes with at least one token. Sent only to the service user's socket."""
-    taken = port_owner_problem(config)
-    if taken is not None:
-        return taken
-    client = endpoint.Endpoint(config.url, api_key=api_key, timeout=config.timeout_s, cafile=config.cafile)
-    payload = {"text": GENERATE_PROMPT, "sampling_params": {"max_new_tokens": GENERATE_MAX_NEW_TOKENS, "temperature": 0}}
-    what = f"POST {GENERATE_PATH}"
-    started = time.monotonic()
-    try:
-        answer = client.request("POST", GENERATE_PATH, payload)
-    except endpoint.EndpointError as err:
-        return Generation(False, str(err))
-    took = time.monotonic() - started
-    if answer.status in (401, 403):
-        return Generation(False, f"{what}: HTTP {answer.status}: the server refuses the API key", True, KEY_FIX)
-    if 400 <= answer.status < 500:
-        return Generation(False, f"{what}: HTTP {answer.status} {answer.text[:200]!r}", True, REQUEST_FIX)
-    if answer.status != 200:
-        return Generation(False, f"{what}: HTTP {answer.status} {answer.text[:200]!r}")
-    try:
-        data = answer.json()
-    except endpoint.EndpointError as err:
-        return Generation(False, f"{what}: {err}")
-    meta = data.get("meta_info") if isinstance(data, dict) else None
-    tokens = meta.get("completion_tokens") if isinstance(meta, dict) else None
-    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
-        return Generation(False, f"{what}: HTTP 200 but no token generated (completion_tokens={repr(tokens)[:40]}) in {took:.1f}s")
-    return Generation(True, f"{what}: {tokens} token(s) in {took:.1f}s")
-
-
-_SAMPLE = re.compile(r"^(sglang:(?:realtime_tokens_total|num_running_reqs|num_queue_reqs))(?:\{[^}]*\})?\s+(\S+)")
-
-
-def parse_progress(exposition: str) -> Progress:
-    """sglang's token counters and request gauges in a /metrics page, summed over labels (ranks, modes)."""
-    sums: Dict[str, float] = {}
-    for line in exposition.splitlines():
-        match = _SAMPLE.match(line)
-        if not match:
-            continue
-        try:
-            value = float(match.group(2))
-        except ValueError:
-            continue
-        if math.isfinite(value) and value >= 0:
-            sums[match.group(1)] = sums.get(match.group(1), 0.0) + value
-    return Progress(sums.get("sglang:realtime_tokens_total"), sums.get("sglang:num_running_reqs"), sums.get("sglang:num_queue_reqs"))
-
-
-def progress(config: Config, budget: Optional[Budget] = None) -> Progress:
-    """sglang's counters from /metrics (sglang serves it without the key: none is sent), or an empty
-    Progress when it is not served (--enable-metrics off) or does not answer in time."""
-    seconds = (budget or Budget(METRICS_TIMEOUT_S)).left(METRICS_TIMEOUT_S)
-    if seconds <= 0 or port_owner_problem(config) is not None:
-        return Progress()
-    try:
-        answer = endpoint.Endpoint(config.url, timeout=seconds, cafile=config.cafile).get("/metrics", timeout=seconds)
-    except (endpoint.EndpointError, ValueError):
-        return Progress()
-    return parse_progress(answer.text) if answer.status == 200 else Progress()
 
 
 # -- the decision ----------------------------------------------------------------------------------
@@ -732,7 +366,7 @@ def check(config: Config) -> int:
     for priority, text in decision.lines:
         emit(priority, text, secrets)
     if decision.restart:
-        done = _run([config.systemctl, "restart", "--no-block", config.unit], budget)
+        done = run_in_budget([config.systemctl, "restart", "--no-block", config.unit], budget)
         if done.rc:
             decision.state.last_result = RESTART_FAILED
             emit("err", f"{PREFIX} {RESTART_FAILED}: systemctl restart {config.unit} exited {done.rc}: "
@@ -794,7 +428,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", args.service_user):
         parser.error(f"--service-user {args.service_user!r} is not a user name")
     try:
-        url = endpoint.check_url(args.url)
+        url = unit_flags.check_url(args.url)
     except ValueError as err:
         parser.error(str(err))
     config = Config(

@@ -121,7 +121,7 @@ serve_timed() {
   host_py "$ROOT/scripts/device/run_unit.py" start "$unit" --log "$dir/sglang.log" --pid-file "$dir/pid" || return 1
   URL=$(json_field "$dir/unit-run.json" url)
   MODEL=$(json_field "$dir/unit-run.json" model)
-  PYTHONPATH="$ROOT/module_utils" bounded "$timeout" python3 -m sglang_deploy_host.endpoint wait-ready \
+  PYTHONPATH="$ROOT/module_utils" bounded "$timeout" python3 -m sglang_deploy_host.serving.endpoint wait-ready \
     --url "$URL" --timeout "$timeout" --env-file "$ENV_FILE" --initial-delay 0.5 --max-delay 1 > "$dir/wait-ready.txt" 2>&1 &
   local gate=$! server; server=$(cat "$dir/pid")
   while kill -0 "$gate" 2>/dev/null; do

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Helper of scripts/device/day2-readings.sh (issues 24 and 25), standard library only (plus
-sglang_deploy_host.systemd to read the API key from the installed env file, as models_card does).
+sglang_deploy_host.serving.systemd to read the API key from the installed env file, as models_card does).
 
     day2_readings.py sizes K OUT.json [--manifest OUT.tsv.gz]   bytes and files of each cache under K
     day2_readings.py traffic URL ENV_FILE MODEL OUTDIR [--all-greedy --burst-deadline S]
@@ -148,9 +148,10 @@ def prompt(i: int, words: int) -> str:
 
 def api_key(env_file: Path) -> str:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "module_utils"))
-    from sglang_deploy_host import endpoint, systemd  # noqa: PLC0415
+    from sglang_deploy_host.serving import systemd  # noqa: PLC0415
+    from sglang_deploy_host.serving import unit_flags  # noqa: PLC0415
 
-    return systemd.env_file_values(env_file.read_text()).get(endpoint.API_KEY_ENV, "")
+    return systemd.env_file_values(env_file.read_text()).get(unit_flags.API_KEY_ENV, "")
 
 
 def probe(url: str, env_file: Path, timeout: float) -> dict:

@@ -74,7 +74,7 @@ install_host_files() {
   install -d -m 0755 /usr/local/libexec/sglang-deploy /etc/sglang /var/lib/sglang/models
   install -m 0755 "$ROOT"/module_utils/sglang_deploy_host/{gpufacts.py,sglang_launcher.py} /usr/local/libexec/sglang-deploy/
   mkdir -p "$R/$host"
-  ENV_FILE=$(host_py -c 'import sys; from sglang_deploy_host import systemd; print(systemd.directive(open(sys.argv[1]).read(), "EnvironmentFile"))' "$RENDER/$host/sglang.service")
+  ENV_FILE=$(host_py -c 'import sys; from sglang_deploy_host.serving import systemd; print(systemd.directive(open(sys.argv[1]).read(), "EnvironmentFile"))' "$RENDER/$host/sglang.service")
   [ -n "$ENV_FILE" ] || { echo "$RENDER/$host/sglang.service has no EnvironmentFile="; return 1; }
   install -m 0600 "$RENDER/$host/sglang.env" "$ENV_FILE"
   host_py "$ROOT/scripts/device/run_unit.py" show "$RENDER/$host/sglang.service" > "$R/$host/unit-run.json" || return 1
@@ -114,7 +114,7 @@ serve() {
   MODEL=$(json_field "$dir/unit-run.json" model)
   # The readiness gate's own code, as the role's sglang_wait_ready runs it (key from the env file); the
   # loop stops it early if the server exits (systemd's unit_state check has no systemd here).
-  PYTHONPATH="$ROOT/module_utils" bounded "$timeout" python3 -m sglang_deploy_host.endpoint wait-ready \
+  PYTHONPATH="$ROOT/module_utils" bounded "$timeout" python3 -m sglang_deploy_host.serving.endpoint wait-ready \
     --url "$URL" --timeout "$timeout" --env-file "$ENV_FILE" --initial-delay 2 --max-delay 5 > "$dir/wait-ready.txt" 2>&1 &
   local gate=$! server; server=$(cat "$dir/pid")
   while kill -0 "$gate" 2>/dev/null; do
@@ -141,7 +141,7 @@ stop_server() {
 api_key() {
   local file=${1:-${ENV_FILE:-}}
   [ -n "$file" ] || file=$(ls "$RENDER"/*/sglang.env 2>/dev/null | head -1)
-  [ -n "$file" ] && host_py -c 'import sys; from sglang_deploy_host import endpoint, systemd; print(systemd.env_file_values(open(sys.argv[1]).read()).get(endpoint.API_KEY_ENV, ""))' "$file"
+  [ -n "$file" ] && host_py -c 'import sys; from sglang_deploy_host.serving import systemd, unit_flags; print(systemd.env_file_values(open(sys.argv[1]).read()).get(unit_flags.API_KEY_ENV, ""))' "$file"
 }
 
 # sglang-deploy bench --endpoint with bench_serving from the bundle's sglang (the server's own), run by the

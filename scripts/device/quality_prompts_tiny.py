@@ -3,7 +3,7 @@
 
     python quality_prompts_tiny.py OUT.yml [--vocab 1024] [--long-tokens 8300]
 
-The shipped set (module_utils/sglang_deploy_host/probes/quality-v1.yml) is English for GLM-5; the tiny model
+The shipped set (module_utils/sglang_deploy_host/serving/probes/quality-v1.yml) is English for GLM-5; the tiny model
 speaks progressions of ``tokN`` words (train_tiny_mtp.py: a stride that changes now and then). This set has the
 same shape: five short prompts and one of more than 8,192 tokens, each followed by a continuation that is
 scored token by token. The continuations change stride twice, so that some of their positions are uncertain

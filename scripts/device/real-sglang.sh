@@ -15,7 +15,7 @@
 # (train_tiny_llama.py), validate the rendered argv with the serving sglang's own parser (validate_unit.py),
 # then per inventory host, one after another: start the unit with run_unit.py (ExecStartPre=, ExecStart=,
 # Environment=, EnvironmentFile= read from the unit file), the readiness gate's own code
-# (python3 -m sglang_deploy_host.endpoint wait-ready), and for
+# (python3 -m sglang_deploy_host.serving.endpoint wait-ready), and for
 #   h200            (trained)    sglang-deploy verify --endpoint (all must pass); with REAL_SGLANG_BENCH=1
 #                                also sglang-deploy bench --endpoint (bench_serving from the bundle)
 #   h200-untrained  (untrained)  sglang-deploy verify --endpoint (the correctness gate must fail)
@@ -53,8 +53,8 @@ make_checkpoints() {
 models_card() {  # the served model list, as the suite reads it (no secret in it)
   PYTHONPATH="$ROOT/module_utils" python3 - "$URL" "$ENV_FILE" > "$R/$1/v1-models.json" <<'EOF'
 import json, sys
-from sglang_deploy_host import endpoint, systemd
-key = systemd.env_file_values(open(sys.argv[2]).read()).get(endpoint.API_KEY_ENV, "")
+from sglang_deploy_host.serving import endpoint, systemd, unit_flags
+key = systemd.env_file_values(open(sys.argv[2]).read()).get(unit_flags.API_KEY_ENV, "")
 print(json.dumps(endpoint.Endpoint(sys.argv[1], api_key=key).get("/v1/models").json(), indent=2))
 EOF
 }
@@ -68,7 +68,7 @@ suite() {  # suite HOST: sglang-deploy verify --endpoint against the running ser
 }
 
 answers() {  # answers HOST: every probe's answer, finish reason and verdict (the gate's record), into answers.json
-  PYTHONPATH="$ROOT/module_utils:$BUNDLE_DIR/tools" bounded 200 python3 -m sglang_deploy_host.gate --url "$URL" \
+  PYTHONPATH="$ROOT/module_utils:$BUNDLE_DIR/tools" bounded 200 python3 -m sglang_deploy_host.serving.gate --url "$URL" \
     --model "$MODEL" --env-file "$ENV_FILE" --json > "$R/$1/answers.json"
   local rc=$?
   python3 - "$R/$1/answers.json" <<'EOF'

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Run a rendered sglang unit where there is no systemd (the device machine): the same argv and
-environment systemd would use, read from the unit file with sglang_deploy_host.systemd's readers.
+environment systemd would use, read from the unit file with sglang_deploy_host.serving.systemd's readers.
 
     run_unit.py show  UNIT [--env-file ENV]      argv, environment (secrets masked), cwd, endpoint
     run_unit.py start UNIT --log LOG --pid-file PID [--skip-pre] [--env-file ENV]
@@ -8,7 +8,7 @@ environment systemd would use, read from the unit file with sglang_deploy_host.s
 
 ``start`` runs every ``ExecStartPre=`` (a failure stops the start unless the line has the ``-``
 prefix), then ``ExecStart=`` in a new session with stdout and stderr appended to LOG, and returns at
-once (the readiness gate is the caller's: ``python3 -m sglang_deploy_host.endpoint wait-ready``).
+once (the readiness gate is the caller's: ``python3 -m sglang_deploy_host.serving.endpoint wait-ready``).
 ``stop`` does what ``KillMode=control-group`` + ``KillSignal=SIGTERM`` + ``TimeoutStopSec=`` +
 ``SendSIGKILL=yes`` do: SIGTERM to every process of the session, SIGKILL after the timeout.
 
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from sglang_deploy_host import endpoint, sglang_launcher, systemd
+from sglang_deploy_host.serving import sglang_launcher, systemd, unit_flags
 
 # systemd's PATH for system services (without /snap/bin), and the locale of a minimal host.
 SYSTEMD_BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
@@ -84,14 +84,14 @@ def show(unit_path: Path, env_file: Path | None = None) -> dict[str, object]:
     secrets = _secret_names(text)
     env = unit_environment(text, env_file=env_file)
     flag_words, _ = sglang_launcher.split_command_line(systemd.exec_start_argv(text))
-    flags = endpoint.flags_from_argv(flag_words)
+    flags = unit_flags.flags_from_argv(flag_words)
     return {
         "exec_start_pre": [argv for argv, _ in systemd.exec_start_pre(text)],
         "exec_start": systemd.exec_start_argv(text),
         "working_directory": systemd.directive(text, "WorkingDirectory"),
         "environment": {k: ("********" if k in secrets else v) for k, v in sorted(env.items())},
-        "url": endpoint.base_url(flags),
-        "model": endpoint.served_model_name(flags),
+        "url": unit_flags.base_url(flags),
+        "model": unit_flags.served_model_name(flags),
     }
 
 

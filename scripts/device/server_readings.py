@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from sglang_deploy_host import bench, endpoint, systemd
+from sglang_deploy_host.serving import bench_steps, endpoint, systemd, unit_flags
 
 SMI_TIMEOUT_S = 20
 REQUEST_TIMEOUT_S = 300.0
@@ -41,7 +41,7 @@ def gpu_used_mib() -> int:
 
 
 def client(url: str, env_file: str) -> endpoint.Endpoint:
-    key = systemd.env_file_values(Path(env_file).read_text()).get(endpoint.API_KEY_ENV, "")
+    key = systemd.env_file_values(Path(env_file).read_text()).get(unit_flags.API_KEY_ENV, "")
     return endpoint.Endpoint(url, api_key=key)
 
 
@@ -76,9 +76,9 @@ def snapshot(server: endpoint.Endpoint, out: Path) -> None:
     metrics = server.get("/metrics")
     (out / "metrics.txt").write_text(metrics.text)
     info = server.get("/server_info")
-    redacted = bench.redact(info.json(), [server.api_key] if server.api_key else [])
+    redacted = bench_steps.redact(info.json(), [server.api_key] if server.api_key else [])
     (out / "server-info.json").write_text(json.dumps(redacted, indent=2) + "\n")
-    names = endpoint.metric_names(metrics.text)
+    names = unit_flags.metric_names(metrics.text)
     print(f"/metrics: HTTP {metrics.status}, {len(names)} metric names; /server_info: HTTP {info.status}")
     if metrics.status != 200 or info.status != 200 or not names:
         raise SystemExit("server_readings: /metrics or /server_info did not answer")

@@ -3,7 +3,7 @@ on a 3 MB model: trained, greedy decoding answers every probe; untrained, it ans
 
     python train_tiny_llama.py SRC_DIR OUT_DIR [--seconds 60] [--min-steps 300] [--probes FILE]
 
-The prompts are the gate's own (sglang_deploy_host/probes/default.yml, or --probes; a long-context probe's
+The prompts are the gate's own (sglang_deploy_host/serving/probes/default.yml, or --probes; a long-context probe's
 notes built for the model's context, as the gate builds them) plus the endpoint suite's plain chat
 (endpoint.CHAT_SMOKE_PROMPT), tokenized the way sglang's chat route does it (the
 chat template rendered, then encoded); each answer ends with the tokenizer's EOS. Every answer is
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from sglang_deploy_host import endpoint, gate
+from sglang_deploy_host.serving import endpoint, gate
 
 # What a working model answers (the gate's regexes must match these; checked below).
 ANSWERS = {

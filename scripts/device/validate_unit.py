@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from sglang_deploy.launch import _validator_probe, validator
-from sglang_deploy_host import sglang_launcher, systemd
+from sglang_deploy_host.serving import sglang_launcher, systemd
 
 # The launcher adds ``--FLAG VALUE`` for every ``--env-flag FLAG=NAME`` from the environment; the
 # parser sees a stand-in value of the same type (every such flag sglang has takes a string).

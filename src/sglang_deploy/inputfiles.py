@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from sglang_deploy_host import files
+from sglang_deploy_host.fs import files
 
 # What a command reads at most, unless it says otherwise: server logs are the largest (a day of journal).
 DEFAULT_MAX_BYTES = 64 << 20

@@ -15,7 +15,7 @@ artifacts, the fact cache, the validator cache, an ``--out`` - is, before a byte
 
 A path that fails is refused with one line naming the path, its owner and the fix (:class:`UnsafeDirectoryError`);
 the files themselves are created with ``O_EXCL``/``O_NOFOLLOW``. The hosts' own rule (root's directories, the service
-user's inside them) is ``sglang_deploy_host.safepath``.
+user's inside them) is ``sglang_deploy_host.fs.safepath``.
 """
 
 from __future__ import annotations

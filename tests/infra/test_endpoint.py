@@ -2,8 +2,8 @@
 
 Target: ``--sglang-endpoint``/``--sglang-model`` (``sglang-deploy verify --endpoint``), else the
 host's render of the inventory (its --host/--port/--served-model-name/--api-key). The correctness
-gate (sglang_deploy_host/gate.py) runs the probes (``--sglang-probes FILE`` or
-sglang_deploy_host/probes/default.yml, a long-context probe among them) at temperature 0 and judges each
+gate (sglang_deploy_host/serving/gate.py) runs the probes (``--sglang-probes FILE`` or
+sglang_deploy_host/serving/probes/default.yml, a long-context probe among them) at temperature 0 and judges each
 whole answer: a natural stop, a match, a length that fits the probe, no loop. This is what catches garbled
 or degenerate output from a bad KV dtype or attention backend. Every chat's prompt and max_tokens fit the
 context the server reports in /v1/models (``max_model_len``).
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy_host import endpoint as ep
-from sglang_deploy_host import gate, sglang_launcher, systemd
+from sglang_deploy_host.serving import endpoint as ep
+from sglang_deploy_host.serving import gate, sglang_launcher, systemd, unit_flags
 
 # /health answers at once from a serving sglang (it generates nothing).
 ANSWERS_DEADLINE_S = 10.0
@@ -36,7 +36,7 @@ def _connect_host(request: pytest.FixtureRequest, host, bind_host: str | None) -
     given = request.config.getoption("--sglang-connect-host")
     if given:
         return str(given)
-    if bind_host is None or bind_host.strip() not in ep.WILDCARD_HOSTS:
+    if bind_host is None or bind_host.strip() not in unit_flags.WILDCARD_HOSTS:
         return None
     variables = host.ansible.get_variables()
     if variables.get("ansible_connection", "ssh") in ("ssh", "paramiko", "smart") and variables.get("ansible_host"):
@@ -45,7 +45,7 @@ def _connect_host(request: pytest.FixtureRequest, host, bind_host: str | None) -
 
 
 @pytest.fixture()
-def target(request: pytest.FixtureRequest, host) -> ep.Target:  # type: ignore[no-untyped-def]
+def target(request: pytest.FixtureRequest, host) -> unit_flags.Target:  # type: ignore[no-untyped-def]
     # ``host`` is taken statically: testinfra parametrizes only tests that name it (with
     # --sglang-endpoint and no --hosts it is the harmless local host).
     url = request.config.getoption("--sglang-endpoint")
@@ -54,13 +54,13 @@ def target(request: pytest.FixtureRequest, host) -> ep.Target:  # type: ignore[n
         if not model:
             pytest.fail("--sglang-endpoint needs --sglang-model (the served model name)")
         key = os.environ.get(request.config.getoption("--sglang-api-key-env"), "")
-        return ep.Target(str(url), str(model), key, cafile=str(request.config.getoption("--sglang-cafile")))
+        return unit_flags.Target(str(url), str(model), key, cafile=str(request.config.getoption("--sglang-cafile")))
     rendered: Path = request.getfixturevalue("rendered_dir")
     unit_name: str = request.getfixturevalue("unit_name")
     unit_text = (rendered / f"{unit_name}.service").read_text()
     flag_words, _ = sglang_launcher.split_command_line(systemd.exec_start_argv(unit_text))
-    bind_host = ep.flags_from_argv(flag_words).get("host")
-    target = ep.target_from_render(
+    bind_host = unit_flags.flags_from_argv(flag_words).get("host")
+    target = unit_flags.target_from_render(
         unit_text,
         (rendered / f"{unit_name}.env").read_text(),
         connect_host=_connect_host(request, host, bind_host if isinstance(bind_host, str) else None),
@@ -76,7 +76,7 @@ def unanswered() -> dict[str, str]:
 
 
 @pytest.fixture()
-def server(target: ep.Target, unanswered: dict[str, str]) -> ep.Endpoint:
+def server(target: unit_flags.Target, unanswered: dict[str, str]) -> ep.Endpoint:
     endpoint = ep.Endpoint(target.url, api_key=target.api_key, timeout=ep.GENERATE_DEADLINE_S, cafile=target.cafile)
     if target.url not in unanswered:
         try:
@@ -96,11 +96,11 @@ def test_health_routes_answer_200(server: ep.Endpoint, path: str) -> None:
     assert answer.status == 200, f"GET {server.url}{path}: HTTP {answer.status} {answer.text[:200]!r}"
 
 
-def test_models_lists_the_served_model_name(server: ep.Endpoint, target: ep.Target) -> None:
+def test_models_lists_the_served_model_name(server: ep.Endpoint, target: unit_flags.Target) -> None:
     assert target.model in ep.model_ids(server)
 
 
-def test_api_key_is_enforced_as_configured(server: ep.Endpoint, target: ep.Target) -> None:
+def test_api_key_is_enforced_as_configured(server: ep.Endpoint, target: unit_flags.Target) -> None:
     anonymous = ep.Endpoint(server.url, cafile=server.cafile)
     if target.api_key:
         assert anonymous.get("/v1/models").status == 401, "the API key is set but not enforced"
@@ -109,7 +109,7 @@ def test_api_key_is_enforced_as_configured(server: ep.Endpoint, target: ep.Targe
         assert anonymous.get("/v1/models").status == 200, "no API key configured, yet the server refuses"
 
 
-def test_metrics_are_served_as_configured(server: ep.Endpoint, target: ep.Target) -> None:
+def test_metrics_are_served_as_configured(server: ep.Endpoint, target: unit_flags.Target) -> None:
     # sglang serves /metrics (Prometheus text) with --enable-metrics, outside its API key check like
     # /health; without the flag the route does not exist. A bare --sglang-endpoint: either, well formed.
     answer = ep.Endpoint(server.url, cafile=server.cafile).get("/metrics")
@@ -119,7 +119,7 @@ def test_metrics_are_served_as_configured(server: ep.Endpoint, target: ep.Target
     if target.metrics is None and answer.status == 404:
         return
     assert answer.status == 200, f"GET {server.url}/metrics: HTTP {answer.status} {answer.text[:200]!r}"
-    names = ep.metric_names(answer.text)
+    names = unit_flags.metric_names(answer.text)
     assert "sglang:num_running_reqs" in names, f"no sglang:num_running_reqs in /metrics: {sorted(names)[:20]}"
 
 
@@ -137,7 +137,7 @@ def test_tls_is_served_as_configured(server: ep.Endpoint) -> None:
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
 
 
-def test_chat_completion_returns_content(server: ep.Endpoint, target: ep.Target) -> None:
+def test_chat_completion_returns_content(server: ep.Endpoint, target: unit_flags.Target) -> None:
     # max_tokens fitted to the context /v1/models reports (a 2,048-token model refuses 2,048 new tokens).
     context_len = ep.context_length(server, target.model)
     message = ep.complete_in_context(server, target.model, ep.CHAT_SMOKE_PROMPT, ep.CHAT_SMOKE_MAX_TOKENS, context_len).message
@@ -149,7 +149,7 @@ def _probes(config: pytest.Config) -> list[gate.Probe]:
     return gate.load_probes(path)
 
 
-def test_correctness_gate(request: pytest.FixtureRequest, server: ep.Endpoint, target: ep.Target) -> None:
+def test_correctness_gate(request: pytest.FixtureRequest, server: ep.Endpoint, target: unit_flags.Target) -> None:
     """Every probe's whole answer passes (gate.judge); the report names each failed probe, why, and its answer."""
     results = gate.run_probes(server, target.model, _probes(request.config))
     failed = [r for r in results if not r.ok]

@@ -1,7 +1,7 @@
 """GPU visibility: the host's GPUs are the expected ones and in a state to serve.
 
 Runs nvidia-smi on the host through testinfra (``host.run``) and parses the output with
-``sglang_deploy_host.gpufacts`` (the same parser the preflight role and the unit's ExecStartPre use).
+``sglang_deploy_host.gpu.gpufacts`` (the same parser the preflight role and the unit's ExecStartPre use).
 Expectations come from the ``gpu_expectations`` plugin: ``-p gpu_expectations`` plus
 ``--gpu-count/--gpu-name/--gpu-memory-mib/--gpu-compute-cap/--gpu-min-driver/--gpu-persistence``.
 In CI the host is a container whose nvidia-smi is the fixture-replaying stand-in
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from sglang_deploy_host import gpufacts
+from sglang_deploy_host.gpu import gpufacts
 
 pytestmark = pytest.mark.usefixtures("gpu_expectations")
 

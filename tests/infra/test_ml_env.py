@@ -2,7 +2,7 @@
 symlink, with the kernel proof that sglang-kernel carries the lane's GPU architecture.
 
 What it should be comes from the package's lane data and committed locks (the same files the role
-installs), read with the same code (sglang_deploy_host.lockfile, mlenv); the kernel proof is the
+installs), read with the same code (sglang_deploy_host.stack.lockfile, mlenv); the kernel proof is the
 project's sglang_kernel_proof module, run on the host through Ansible. Used by molecule/ml_env and,
 against a real inventory, by the verify playbook.
 Environment: SGLANG_DEPLOY_LANE (default cu128), SGLANG_DEPLOY_ML_ENV (default
@@ -21,8 +21,8 @@ import pytest
 
 from sglang_deploy.lanes.catalog import Lane, load_lane
 from sglang_deploy.lanes.lock import LockTarget, lock_path
-from sglang_deploy_host import lockfile
-from sglang_deploy_host.mlenv import LOCK_NAME, MARKER, PREEXISTING
+from sglang_deploy_host.stack import lockfile
+from sglang_deploy_host.stack.mlenv import LOCK_NAME, MARKER, PREEXISTING
 
 ML_ENV = os.environ.get("SGLANG_DEPLOY_ML_ENV", "/opt/sglang-deploy/ml-env")
 STORE = os.environ.get("SGLANG_DEPLOY_ML_ENV_STORE", ML_ENV + ".d")

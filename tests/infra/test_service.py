@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy_host import systemd
+from sglang_deploy_host.serving import systemd
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy.serving import jitcache
-from sglang_deploy_host import endpoint as ep
-from sglang_deploy_host import sglang_launcher, systemd
+from sglang_deploy_host.serving import sglang_launcher, systemd, unit_flags
 
 UNIT_DIR = "/etc/systemd/system"
 
@@ -122,8 +121,8 @@ def test_tls_files_are_readable_by_the_service_and_nobody_else(host, rendered_di
     public; the service can read each, another user cannot read the key (roles/sglang_server/tasks/tls.yml).
     Without TLS the unit names none of them (no half of a TLS setup)."""
     flag_words, _ = sglang_launcher.split_command_line(systemd.exec_start_argv((rendered_dir / f"{unit_name}.service").read_text()))
-    flags = ep.flags_from_argv(flag_words)
-    if not ep.serves_tls(flags):
+    flags = unit_flags.flags_from_argv(flag_words)
+    if not unit_flags.serves_tls(flags):
         assert not {"ssl-certfile", "ssl-keyfile", "ssl-ca-certs", "ssl-keyfile-password"} & set(flags), flags
         return
     group = host.user(service_user).group

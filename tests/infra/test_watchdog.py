@@ -16,7 +16,7 @@ import pytest
 
 from pathlib import Path
 
-from sglang_deploy_host import systemd
+from sglang_deploy_host.serving import systemd
 
 SOURCE = Path(__file__).resolve().parents[2] / "module_utils" / "sglang_deploy_host"
 WATCHDOG = "sglang-watchdog"

@@ -42,7 +42,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 # A test dependency (pyproject [test]); its pytest plugin provides the fakepve and fakepve_cafile fixtures.
 from fakepve import FakePve, PveError
 
-from sglang_deploy_host import hostkeys
+from sglang_deploy_pve import hostkeys
 
 sys.path.insert(0, str(ROOT / "tests"))
 import pve_api  # noqa: E402 - tests/pve_api.py, beside the fixtures it reads

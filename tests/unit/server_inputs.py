@@ -10,7 +10,7 @@ import yaml
 from conftest import ROOT
 
 from sglang_deploy.serving import server
-from sglang_deploy_host import gpufacts
+from sglang_deploy_host.gpu import gpufacts
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 PROFILE_DIR = ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers"

@@ -1,5 +1,5 @@
 """The quality check beside a benchmark: ``bench --quality-reference REF`` checks the benchmarked launch against a
-reference (module_utils/sglang_deploy_host/quality.py) after its sweep and keeps the verdict in the run
+reference (module_utils/sglang_deploy_host/serving/quality.py) after its sweep and keeps the verdict in the run
 (sweep.json's ``quality``), and ``bench --compare`` shows both sides' verdicts beside their speed: a launch that is
 faster but no longer computes the model is not a win."""
 

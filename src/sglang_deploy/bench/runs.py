@@ -2,7 +2,7 @@
 verdict against a baseline.
 
 ``sglang-deploy bench`` runs sglang's own ``bench_serving``, one concurrency step at a time
-(``sglang_deploy_host.bench``: on a serving host through the module sglang_bench, or here with the
+(``sglang_deploy_host.serving.bench_steps``: on a serving host through the module sglang_bench, or here with the
 lane's validator venv for ``--endpoint``), and turns the steps into a run directory:
 
     artifacts/bench/<host>/<UTC time>/
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from sglang_deploy_host import bench as host_bench
+from sglang_deploy_host.serving import bench_steps as host_bench
 from sglang_deploy import inputfiles, ownpath
 from sglang_deploy.bench import quality
 from sglang_deploy.launch import validator_venv
@@ -49,7 +49,7 @@ DEFAULT_THRESHOLD = 0.10
 # called) instead of 370 MB of pyarrow and pandas; the lane's own stand-ins (torchvision) too.
 BENCH_STAND_INS = ("datasets",)
 # Runs bench_serving in the validator venv with those stand-ins (the probe's own mechanism), then as on a
-# host: redirects off (sglang_deploy_host.bench.NO_REDIRECTS_RUNNER).
+# host: redirects off (sglang_deploy_host.serving.bench_steps.NO_REDIRECTS_RUNNER).
 _RUNNER = (
     "import importlib.util, runpy, sys\n"
     "spec = importlib.util.spec_from_file_location('_validator_probe', {probe!r})\n"

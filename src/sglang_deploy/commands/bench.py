@@ -31,25 +31,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sglang_deploy_host import bench as host_bench
-from sglang_deploy_host import endpoint
-from sglang_deploy_host import quality as host_quality
+from sglang_deploy_host.serving import bench_steps as host_bench
+from sglang_deploy_host.serving import endpoint, unit_flags
+from sglang_deploy_host.serving import quality as host_quality
+from sglang_deploy_host.serving import quality_reference
 from sglang_deploy import __version__
 from sglang_deploy.bench import comparison as bench_comparison
 from sglang_deploy.bench import quality as bench_quality
 from sglang_deploy.bench import runs as bench_runs
 from sglang_deploy.playbook import runner
-from sglang_deploy.commands.common import (
-    ApiKeyError,
-    add_api_key_args,
-    add_cafile_arg,
-    add_inventory_args,
-    api_key_from,
-    cafile_from,
-    missing_role_defaults,
-    role_defaults,
-    usage_error,
-)
+from sglang_deploy.commands import common
 from sglang_deploy.lanes.catalog import DEFAULT_LANE, LaneError, load_lane
 from sglang_deploy.launch.validator_venv import ValidatorError
 
@@ -72,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="concurrency sweep with sglang's bench_serving: report, plot, verdict against a baseline",
         description=__doc__.split("\n\n", 1)[0].replace("``", "") if __doc__ else None,
     )
-    add_inventory_args(parser)
+    common.add_inventory_args(parser)
     where = parser.add_argument_group("--endpoint mode (any server)")
     where.add_argument("--endpoint", metavar="URL", help="benchmark this server, e.g. http://10.0.0.5:8000")
     where.add_argument("--model", help="served model name (with --endpoint)")
@@ -81,8 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="the model's tokenizer directory (required with --endpoint; with -i a path on the host, "
         "default the server's tokenizer-path or model directory)",
     )
-    add_api_key_args(where)
-    add_cafile_arg(where)
+    common.add_api_key_args(where)
+    common.add_cafile_arg(where)
     where.add_argument("--lane", default=DEFAULT_LANE, help=f"whose pinned bench_serving runs (default {DEFAULT_LANE})")
     sweep = parser.add_argument_group("the sweep")
     sweep.add_argument(
@@ -90,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="comma-separated concurrencies (default 1,8,16,32,64, capped and topped by the server's --max-running-requests)",
     )  # fmt: skip
     # The sweep's defaults are the role's (roles/sglang_deploy_bench/defaults/main.yml), for -i and --endpoint alike.
-    role = role_defaults(ROLE)
+    role = common.role_defaults(ROLE)
 
     def default(name: str) -> Any:
         return role.get(f"{ROLE}_{name}")
@@ -147,21 +138,21 @@ def _concurrencies(text: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        args.resolved_api_key = api_key_from(args)
-    except ApiKeyError as err:
-        return usage_error("bench", str(err))
+        args.resolved_api_key = common.api_key_from(args)
+    except common.ApiKeyError as err:
+        return common.usage_error("bench", str(err))
     sweep = ("prompts-per-concurrency", "input-len", "output-len", "backend", "seed", "step-timeout")
-    refused = missing_role_defaults("bench", ROLE, {f"--{o}": getattr(args, o.replace("-", "_")) for o in sweep})
+    refused = common.missing_role_defaults("bench", ROLE, {f"--{o}": getattr(args, o.replace("-", "_")) for o in sweep})
     if refused is not None:
         return refused
     if not (0 < args.threshold < 1):
-        return usage_error("bench", f"--threshold {args.threshold} must be between 0 and 1 (0.10 = 10% slower is a regression)")
+        return common.usage_error("bench", f"--threshold {args.threshold} must be between 0 and 1 (0.10 = 10% slower is a regression)")
     out = Path(args.out).resolve() if args.out else runner.state_dir() / "artifacts" / "bench"
     if args.compare and len(args.compare) > 2:
-        return usage_error("bench", f"--compare takes one run (with -i/--endpoint) or two (A B), not {len(args.compare)}")
+        return common.usage_error("bench", f"--compare takes one run (with -i/--endpoint) or two (A B), not {len(args.compare)}")
     if args.compare and len(args.compare) == 2:
         if args.endpoint or args.inventory or args.limit or args.baseline or args.quality_reference:
-            return usage_error("bench", "--compare A B compares two stored runs (with the quality verdicts they keep); it runs no "
+            return common.usage_error("bench", "--compare A B compares two stored runs (with the quality verdicts they keep); it runs no "
                                "sweep (drop -i/--endpoint/--baseline/--quality-reference)")
         return run_compare(args.compare[0], args.compare[1], args.threshold, out)
     try:
@@ -181,18 +172,18 @@ def run(args: argparse.Namespace) -> int:
                 f"--output-len {against.output_len}"
             )
     except (host_bench.BenchError, bench_runs.BenchInputError) as err:
-        return usage_error("bench", str(err))
+        return common.usage_error("bench", str(err))
     args.compare_side = against
     try:
-        args.quality = host_quality.load_reference(args.quality_reference) if args.quality_reference else None
-    except host_quality.QualityInputError as err:
-        return usage_error("bench", f"--quality-reference {err}")
+        args.quality = quality_reference.load_reference(args.quality_reference) if args.quality_reference else None
+    except quality_reference.QualityInputError as err:
+        return common.usage_error("bench", f"--quality-reference {err}")
     if args.endpoint:
         if args.inventory or args.limit:
-            return usage_error("bench", "--endpoint benchmarks one URL; it does not take -i/-l")
+            return common.usage_error("bench", "--endpoint benchmarks one URL; it does not take -i/-l")
         return run_endpoint(args, out, baseline, notes)
     if args.model or args.api_key_file or args.cafile:
-        return usage_error(
+        return common.usage_error(
             "bench", "--model/--api-key-file/--cafile go with --endpoint URL (with -i they come from the inventory and the host)"
         )
     return run_inventory(args, out, baseline, notes)
@@ -211,17 +202,17 @@ def _server_info(url: str, api_key: str, cafile: str = "") -> dict[str, Any]:
 
 def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench_runs.Baseline | None, notes: list[str]) -> int:
     if not args.model or not args.tokenizer:
-        return usage_error("bench", "--endpoint needs --model NAME (the served name) and --tokenizer PATH (the model's tokenizer directory)")
+        return common.usage_error("bench", "--endpoint needs --model NAME (the served name) and --tokenizer PATH (the model's tokenizer directory)")
     try:
-        endpoint.check_url(args.endpoint)
-        cafile = cafile_from(args)
+        unit_flags.check_url(args.endpoint)
+        cafile = common.cafile_from(args)
         api_key = args.resolved_api_key
         lane = load_lane(args.lane)
     except (ValueError, LaneError) as err:
-        return usage_error("bench", str(err))
+        return common.usage_error("bench", str(err))
     tokenizer = Path(args.tokenizer)
     if not (tokenizer / "tokenizer_config.json").is_file() and not tokenizer.is_file():
-        return usage_error("bench", f"--tokenizer {tokenizer}: no tokenizer there (a directory with tokenizer_config.json, as a model has)")
+        return common.usage_error("bench", f"--tokenizer {tokenizer}: no tokenizer there (a directory with tokenizer_config.json, as a model has)")
     settings = host_bench.Settings(
         base_url=args.endpoint, model=args.model, tokenizer=str(tokenizer.resolve()), backend=args.backend,
         input_len=args.input_len, output_len=args.output_len, seed=args.seed,
@@ -234,7 +225,7 @@ def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench_runs.Basel
             bench_runs.check_overlap(baseline, [step.concurrency for step in steps])
         command = bench_runs.bench_command(lane)
     except (host_bench.BenchError, bench_runs.BenchInputError, ValidatorError) as err:
-        return usage_error("bench", str(err))
+        return common.usage_error("bench", str(err))
     started = time.time()
     label = bench_runs.host_label(args.endpoint)
     _console.print(
@@ -261,7 +252,7 @@ def run_endpoint(args: argparse.Namespace, out: Path, baseline: bench_runs.Basel
                    args.compare_side)
 
 
-def _check_endpoint(reference: host_quality.Reference, target: endpoint.Endpoint) -> dict[str, Any]:
+def _check_endpoint(reference: quality_reference.Reference, target: endpoint.Endpoint) -> dict[str, Any]:
     """The quality check of the benchmarked server, as a run keeps it (bench/quality.py)."""
     _console.print(f"quality check against the reference recorded {escape(reference.recorded)} ...")
     try:
@@ -353,8 +344,8 @@ def run_inventory(args: argparse.Namespace, out: Path, baseline: bench_runs.Base
             continue
         flags = run.meta.get("flags") or {}
         run.meta["bench_from"] = f"{run.meta.get('python', '?')} (the ml-env) on the host"
-        run.meta["url"] = f"{endpoint.base_url(flags)} on {run.meta.get('host', '?')}"
-        run.meta["model"] = endpoint.served_model_name(flags)
+        run.meta["url"] = f"{unit_flags.base_url(flags)} on {run.meta.get('host', '?')}"
+        run.meta["model"] = unit_flags.served_model_name(flags)
         if args.quality is not None:
             run.meta["quality"] = checked.get(str(run.meta.get("host")), bench_quality.summary(None, "the host ran no check"))
         runs.append((directory, run))
@@ -386,7 +377,7 @@ def run_compare(spec_a: str, spec_b: str, threshold: float, out: Path) -> int:
     try:
         comparison = bench_comparison.compare_sides(bench_comparison.load_side(spec_a), bench_comparison.load_side(spec_b), threshold)
     except bench_runs.BenchInputError as err:
-        return usage_error("bench", str(err))
+        return common.usage_error("bench", str(err))
     return _report_comparison(out / "compare" / bench_runs.utc_stamp(), comparison)
 
 

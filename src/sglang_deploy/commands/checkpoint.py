@@ -1,6 +1,6 @@
 """``sglang-deploy checkpoint DIR [--json]``: what a local checkpoint holds, from its headers alone.
 
-A thin wrapper around :mod:`sglang_deploy_host.checkpoint`, the stdlib-only inspection that the
+A thin wrapper around :mod:`sglang_deploy_host.model.inspection`, the stdlib-only inspection that the
 sglang_server role also runs on the host before the unit starts; the verdicts and exit statuses are
 documented there.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 
-from sglang_deploy_host import checkpoint
+from sglang_deploy_host.model import inspection
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
-    return checkpoint.run(args.directory, args.json)
+    return inspection.run(args.directory, args.json)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -28,5 +28,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "read (missing, truncated or malformed), with one line saying why."
         ),
     )
-    checkpoint.add_arguments(parser)
+    inspection.add_arguments(parser)
     parser.set_defaults(func=cmd_checkpoint)

@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from sglang_deploy_host import endpoint
+from sglang_deploy_host.serving import endpoint, unit_flags
 from sglang_deploy import inputfiles
 from sglang_deploy.playbook import variables
 from sglang_deploy.playbook.runner import project_dir
@@ -76,7 +76,7 @@ API_KEY_FILE_MAX_BYTES = 4096
 def add_api_key_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--api-key-file`` (a 0600 file), and ``--api-key`` refused by name: one rule for every command,
     the key comes from the environment or a file, never from a command line."""
-    parser.add_argument("--api-key-file", help=f"file holding the API key, mode 0600 (default: ${endpoint.API_KEY_ENV})")
+    parser.add_argument("--api-key-file", help=f"file holding the API key, mode 0600 (default: ${unit_flags.API_KEY_ENV})")
     # Refused (api_key_from): a key typed here is in this process's world-readable argv already.
     parser.add_argument("--api-key", help=argparse.SUPPRESS)
 
@@ -112,11 +112,11 @@ def api_key_from(args: argparse.Namespace) -> str:
     if getattr(args, "api_key", None) is not None:
         raise ApiKeyError(
             "--api-key is not taken: on a command line the key is readable by every user of this machine "
-            f"(/proc/PID/cmdline). Fix: export {endpoint.API_KEY_ENV} or pass --api-key-file FILE (0600)"
+            f"(/proc/PID/cmdline). Fix: export {unit_flags.API_KEY_ENV} or pass --api-key-file FILE (0600)"
         )
     path = getattr(args, "api_key_file", None)
     if path is None:
-        return _checked(os.environ.get(endpoint.API_KEY_ENV, "").strip(), f"${endpoint.API_KEY_ENV}")
+        return _checked(os.environ.get(unit_flags.API_KEY_ENV, "").strip(), f"${unit_flags.API_KEY_ENV}")
     try:
         mode = os.stat(path).st_mode
     except OSError as err:
@@ -133,9 +133,9 @@ def api_key_from(args: argparse.Namespace) -> str:
 
 
 def _checked(key: str, source: str) -> str:
-    """The key, if the role would take it too (endpoint.api_key_problem: one rule for every place a key
+    """The key, if the role would take it too (unit_flags.api_key_problem: one rule for every place a key
     comes from); ApiKeyError in one line, without a byte of the key, otherwise."""
-    problem = endpoint.api_key_problem(key, source)
+    problem = unit_flags.api_key_problem(key, source)
     if problem:
         raise ApiKeyError(problem)
     return key

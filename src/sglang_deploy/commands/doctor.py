@@ -20,7 +20,8 @@ from typing import Any
 from sglang_deploy import inputfiles
 from sglang_deploy.observe import doctor
 from sglang_deploy.commands.common import missing_role_defaults, role_defaults
-from sglang_deploy_host import quality, watchdog
+from sglang_deploy_host.serving import quality
+from sglang_deploy_host.watch import model as watch_model
 
 DEFAULT_JOURNAL_LINES = 5000
 # journalctl -n bounds the lines, not their length: what comes back is capped like a log file too.
@@ -175,7 +176,7 @@ def journal_command(unit: str, lines: int, verdict_file: str = "") -> str:
     past: Ansible strips one trailing newline, and a cut journal must still read as over the cap);
     pipefail keeps journalctl's own failure the command's. Then the first line of ``verdict_file`` (the
     last quality check's verdict, root's file) when it is a regular file, bounded too."""
-    units = f"-u {shlex.quote(unit)} -u {shlex.quote(watchdog.unit_name(unit))}"
+    units = f"-u {shlex.quote(unit)} -u {shlex.quote(watch_model.unit_name(unit))}"
     script = (
         f"set -o pipefail; journalctl {units} --no-pager -o cat -n {int(lines)} "
         f"| head -c {LOG_MAX_BYTES + 2}"

@@ -1,6 +1,6 @@
 """``sglang-deploy kernels PATH... [--require ARCH] [--json] [--cubins]``: the kernel proof.
 
-A thin wrapper around :mod:`sglang_deploy_host.fatbin`, the stdlib-only parser that the ml_env role
+A thin wrapper around :mod:`sglang_deploy_host.gpu.fatbin`, the stdlib-only parser that the ml_env role
 also copies to target hosts; the rules (what meets ``--require``, exit statuses) are documented
 there.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from sglang_deploy_host import fatbin
+from sglang_deploy_host.gpu import fatbin
 
 
 def cmd_kernels(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """``sglang-deploy nccl-check``: the NCCL all-reduce check, run with an interpreter that has torch.
 
-The check itself is ``sglang_deploy_host.nccl_check`` (stdlib + torch); this command runs it as a
+The check itself is ``sglang_deploy_host.gpu.nccl_check`` (stdlib + torch); this command runs it as a
 module with ``--python`` (default: the ml-env), with this checkout's stdlib-only host package on
 that interpreter's path.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import sglang_deploy_host
 from sglang_deploy import inputfiles
-from sglang_deploy_host import nccl_check as host_check
+from sglang_deploy_host.gpu import nccl_check as host_check
 
 DEFAULT_PYTHON = "/opt/sglang-deploy/ml-env/bin/python3"
 ENV_FILE_MAX_BYTES = host_check.ENV_FILE_MAX_BYTES
@@ -53,7 +53,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     package_root = str(Path(sglang_deploy_host.__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": package_root}
-    cmd = [str(python), "-m", "sglang_deploy_host.nccl_check", *check_args]
+    cmd = [str(python), "-m", "sglang_deploy_host.gpu.nccl_check", *check_args]
     return subprocess.run(cmd, check=False, env=env).returncode
 
 

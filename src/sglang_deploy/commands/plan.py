@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sglang_deploy_host import checkpoint as inspector
-from sglang_deploy_host import files
+from sglang_deploy_host.model import inspection as inspector
+from sglang_deploy_host.fs import files
 from sglang_deploy import inputfiles
 from sglang_deploy.launch import checkpoints
 from sglang_deploy.memory import architectures, plan_inputs, planner

@@ -1,5 +1,5 @@
 """``sglang-deploy quality``: the served model's token distribution against a reference recorded on a known-good
-launch (module_utils/sglang_deploy_host/quality.py; docs/quality.md).
+launch (module_utils/sglang_deploy_host/serving/quality.py; docs/quality.md).
 
   sglang-deploy quality record --endpoint URL --model NAME --out REF.json [--prompts FILE]
   sglang-deploy quality record -i INVENTORY --host HOST --out REF.json [--prompts FILE]
@@ -30,17 +30,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sglang_deploy_host import endpoint, quality
+from sglang_deploy_host.serving import endpoint, quality, quality_reference
+from sglang_deploy_host.serving import unit_flags
 from sglang_deploy import ownpath
-from sglang_deploy.commands.common import (
-    ApiKeyError,
-    add_api_key_args,
-    add_cafile_arg,
-    api_key_from,
-    cafile_from,
-    inventories,
-    usage_error,
-)
+from sglang_deploy.commands import common
 from sglang_deploy.playbook import runner
 
 PLAYBOOK = "playbooks/quality.yml"
@@ -69,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     record = actions.add_parser("record", help="record a reference on a known-good launch")
     _target_args(record)
     record.add_argument("--model", help="the served model name (with --endpoint)")
-    record.add_argument("--prompts", help=f"a prompt set file (default: the shipped {quality.DEFAULT_PROMPTS.name})")
+    record.add_argument("--prompts", help=f"a prompt set file (default: the shipped {quality_reference.DEFAULT_PROMPTS.name})")
     record.add_argument("--out", required=True, help="the reference file to write (JSON)")
     _threshold_args(record, "stored in the reference")
     check = actions.add_parser("check", help="check a launch against a reference")
@@ -85,18 +78,18 @@ def _target_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-i", "--inventory", action="append", help="run on this inventory's host (repeatable)")
     parser.add_argument("--host", help="the inventory host (default: every serving host; record takes one)")
     parser.add_argument("--endpoint", metavar="URL", help="any server, e.g. http://10.0.0.5:8000")
-    add_api_key_args(parser)
-    add_cafile_arg(parser)
+    common.add_api_key_args(parser)
+    common.add_cafile_arg(parser)
 
 
 def _threshold_args(parser: argparse.ArgumentParser, where: str) -> None:
-    defaults = quality.Thresholds()
+    defaults = quality_reference.Thresholds()
     for field, option in THRESHOLD_OPTIONS.items():
         parser.add_argument(option, type=float, dest=f"threshold_{field}", metavar="SHARE" if field == "top1_agreement" else "NATS",
                             help=f"{THRESHOLD_HELP[field]} ({where}; default {getattr(defaults, field):g})")  # fmt: skip
 
 
-def thresholds_from(args: argparse.Namespace, base: quality.Thresholds) -> quality.Thresholds:
+def thresholds_from(args: argparse.Namespace, base: quality_reference.Thresholds) -> quality_reference.Thresholds:
     """``base`` with the options given on the command line (checked as a reference's are)."""
     given = {field: getattr(args, f"threshold_{field}") for field in THRESHOLD_OPTIONS if getattr(args, f"threshold_{field}") is not None}
     return base.merged(given, "the threshold options")
@@ -105,43 +98,43 @@ def thresholds_from(args: argparse.Namespace, base: quality.Thresholds) -> quali
 def run(args: argparse.Namespace) -> int:
     command = f"quality {args.action}"
     if bool(args.endpoint) == bool(args.inventory):
-        return usage_error(command, "give --endpoint URL or -i INVENTORY (one of them)")
+        return common.usage_error(command, "give --endpoint URL or -i INVENTORY (one of them)")
     try:
         if args.action == "record":
-            prompts = quality.load_prompt_set(args.prompts)
-            limits = thresholds_from(args, quality.Thresholds())
+            prompts = quality_reference.load_prompt_set(args.prompts)
+            limits = thresholds_from(args, quality_reference.Thresholds())
             out = output_path(args.out)
         else:
-            reference = quality.load_reference(args.reference)
+            reference = quality_reference.load_reference(args.reference)
             limits = thresholds_from(args, reference.thresholds)
-    except (quality.QualityInputError, ValueError) as err:
-        return usage_error(command, str(err))
+    except (quality_reference.QualityInputError, ValueError) as err:
+        return common.usage_error(command, str(err))
     if args.endpoint:
         return _on_endpoint(args, command, prompts if args.action == "record" else None,
                             reference if args.action == "check" else None, limits,
                             out if args.action == "record" else None)  # fmt: skip
     if args.model or args.api_key_file or args.cafile:
-        return usage_error(command, "--model/--api-key-file/--cafile go with --endpoint URL (with -i they come from the inventory and the host)")
+        return common.usage_error(command, "--model/--api-key-file/--cafile go with --endpoint URL (with -i they come from the inventory and the host)")
     return _on_inventory(args, command, limits, out if args.action == "record" else None)
 
 
-def _on_endpoint(args: argparse.Namespace, command: str, prompts: quality.PromptSet | None,
-                 reference: quality.Reference | None, limits: quality.Thresholds, out: Path | None) -> int:  # fmt: skip
+def _on_endpoint(args: argparse.Namespace, command: str, prompts: quality_reference.PromptSet | None,
+                 reference: quality_reference.Reference | None, limits: quality_reference.Thresholds, out: Path | None) -> int:  # fmt: skip
     try:
-        key = api_key_from(args)
-        target = endpoint.Endpoint(endpoint.check_url(args.endpoint), api_key=key, cafile=cafile_from(args))
-    except (ApiKeyError, ValueError) as err:
-        return usage_error(command, str(err))
+        key = common.api_key_from(args)
+        target = endpoint.Endpoint(unit_flags.check_url(args.endpoint), api_key=key, cafile=common.cafile_from(args))
+    except (common.ApiKeyError, ValueError) as err:
+        return common.usage_error(command, str(err))
     try:
         if prompts is not None:
             if not args.model:
-                return usage_error(command, "--endpoint needs --model NAME (the served model name)")
+                return common.usage_error(command, "--endpoint needs --model NAME (the served model name)")
             assert out is not None
             return _write_reference(out, quality.record(target, args.model, prompts, limits), args.json)
         assert reference is not None
         verdict = quality.check(target, reference, limits)
     except (quality.NoVerdictError, endpoint.EndpointError) as err:
-        return usage_error(command, f"no verdict: {' '.join(str(err).split())}")
+        return common.usage_error(command, f"no verdict: {' '.join(str(err).split())}")
     return show_verdict(verdict.to_dict(), verdict.report(), args.json)
 
 
@@ -188,11 +181,11 @@ def _write_reference(out: Path, data: Mapping[str, Any], as_json: bool) -> int:
 
 
 # --- -i INVENTORY ---------------------------------------------------------------------------------
-def _on_inventory(args: argparse.Namespace, command: str, limits: quality.Thresholds, out: Path | None) -> int:
-    paths = inventories(args)
+def _on_inventory(args: argparse.Namespace, command: str, limits: quality_reference.Thresholds, out: Path | None) -> int:
+    paths = common.inventories(args)
     hosts = runner.serving_hosts(paths, args.host)  # RunnerError -> exit 2 before anything runs
     if args.action == "record" and len(hosts) != 1:
-        return usage_error(command, f"record takes one host: --host names one of {', '.join(hosts)}")
+        return common.usage_error(command, f"record takes one host: --host names one of {', '.join(hosts)}")
     extravars: dict[str, Any] = {
         "sglang_deploy_quality_action": args.action,
         "sglang_deploy_quality_thresholds": dataclasses.asdict(limits),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from sglang_deploy_host import unitcheck
+from sglang_deploy_host.serving import unitcheck
 from sglang_deploy.commands.common import add_inventory_args, console, inventories
 from sglang_deploy.playbook.runner import run_playbook
 

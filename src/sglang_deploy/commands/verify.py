@@ -19,16 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_deploy_host import endpoint, gate
-from sglang_deploy.commands.common import (
-    ApiKeyError,
-    add_api_key_args,
-    add_cafile_arg,
-    add_inventory_args,
-    api_key_from,
-    cafile_from,
-    usage_error,
-)
+from sglang_deploy_host.serving import gate, unit_flags
+from sglang_deploy.commands import common
 from sglang_deploy.playbook.runner import project_dir, run_playbook
 
 ENDPOINT_SUITE = "tests/infra/test_endpoint.py"
@@ -44,43 +36,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="run the testinfra suites (inventory) or the endpoint suite (--endpoint URL)",
         description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
     )
-    add_inventory_args(parser)
+    common.add_inventory_args(parser)
     parser.add_argument("--endpoint", metavar="URL", help="check this server only, e.g. http://10.0.0.5:8000")
     parser.add_argument("--model", help="served model name /v1/models must list (with --endpoint)")
-    add_api_key_args(parser)
-    add_cafile_arg(parser)
+    common.add_api_key_args(parser)
+    common.add_cafile_arg(parser)
     parser.add_argument("--probes", help="YAML probes file replacing the default correctness probes")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        api_key = api_key_from(args)
-    except ApiKeyError as err:
-        return usage_error("verify", str(err))
+        api_key = common.api_key_from(args)
+    except common.ApiKeyError as err:
+        return common.usage_error("verify", str(err))
     if args.probes:
         # A bad probes file is a usage error, reported before any host or server is contacted.
         try:
             gate.load_probes(args.probes)
         except gate.ProbeFileError as err:
-            return usage_error("verify", str(err))
+            return common.usage_error("verify", str(err))
         args.probes = str(Path(args.probes).resolve())
     if args.endpoint:
         if args.inventory or args.limit:
-            return usage_error("verify", "--endpoint checks one URL; it does not take -i/-l")
+            return common.usage_error("verify", "--endpoint checks one URL; it does not take -i/-l")
         if not args.model:
-            return usage_error("verify", "--endpoint needs --model NAME (the served model name)")
+            return common.usage_error("verify", "--endpoint needs --model NAME (the served model name)")
         try:
-            endpoint.check_url(args.endpoint)
+            unit_flags.check_url(args.endpoint)
         except ValueError as err:
-            return usage_error("verify", f"--endpoint {err}")
+            return common.usage_error("verify", f"--endpoint {err}")
         try:
-            cafile = cafile_from(args)
+            cafile = common.cafile_from(args)
         except ValueError as err:
-            return usage_error("verify", str(err))
+            return common.usage_error("verify", str(err))
         return run_endpoint_suite(args.endpoint, args.model, api_key, args.probes, cafile)
     if args.model or args.api_key_file or args.cafile:
-        return usage_error("verify", "--model/--api-key-file/--cafile go with --endpoint URL (with -i, the CA is sglang_server_tls_cafile)")
+        return common.usage_error("verify", "--model/--api-key-file/--cafile go with --endpoint URL (with -i, the CA is sglang_server_tls_cafile)")
     return run_inventory(args.inventory, args.limit, args.probes)
 
 
@@ -88,10 +80,10 @@ def run_endpoint_suite(url: str, model: str, api_key: str, probes: str | None, c
     root = project_dir()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "tests" / "infra"), env.get("PYTHONPATH")]))
-    env[endpoint.API_KEY_ENV] = api_key
+    env[unit_flags.API_KEY_ENV] = api_key
     argv = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "endpoint_options", "-v",
-        f"--sglang-endpoint={url}", f"--sglang-model={model}", f"--sglang-api-key-env={endpoint.API_KEY_ENV}",
+        f"--sglang-endpoint={url}", f"--sglang-model={model}", f"--sglang-api-key-env={unit_flags.API_KEY_ENV}",
         *([f"--sglang-probes={probes}"] if probes else []),
         *([f"--sglang-cafile={cafile}"] if cafile else []),
         str(root / ENDPOINT_SUITE),
@@ -99,7 +91,7 @@ def run_endpoint_suite(url: str, model: str, api_key: str, probes: str | None, c
     try:
         proc = subprocess.run(argv, cwd=root, env=env, timeout=ENDPOINT_SUITE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
-        return usage_error("verify", f"the endpoint suite ran over {ENDPOINT_SUITE_TIMEOUT_S} s")
+        return common.usage_error("verify", f"the endpoint suite ran over {ENDPOINT_SUITE_TIMEOUT_S} s")
     return 0 if proc.returncode == 0 else 1
 
 

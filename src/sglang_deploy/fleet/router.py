@@ -24,8 +24,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from sglang_deploy_host import endpoint, sglang_launcher, systemd
-from sglang_deploy_host import file_sd as targets_file
+from sglang_deploy_host.serving import sglang_launcher, systemd, unit_flags
+from sglang_deploy_host.watch import file_sd as targets_file
 from sglang_deploy.playbook import resolution
 
 POLICIES = (
@@ -53,9 +53,9 @@ class RouterConfigError(ValueError):
 def checked_worker_url(url: str, what: str) -> str:
     """A worker URL that may go into the router's command line: http(s), a host, no credentials (they
     would sit in ExecStart=, which every local user reads), no space or control character; in its one spelling
-    (endpoint.normalized_url), so that one worker written two ways is one worker."""
+    (unit_flags.normalized_url), so that one worker written two ways is one worker."""
     try:
-        return endpoint.normalized_url(url)
+        return unit_flags.normalized_url(url)
     except ValueError as err:
         raise RouterConfigError(f"{what}: {err}") from None
 
@@ -121,17 +121,17 @@ def flag_groups(flags: Mapping[str, Any]) -> list[list[str]]:
     """:func:`flag_argv`, one list of words per flag (one ExecStart= continuation line each)."""
     groups: list[list[str]] = []
     for raw_name, value in flags.items():
-        problem = endpoint.flag_name_problem(raw_name, "sglang_router_extra_flags")
+        problem = unit_flags.flag_name_problem(raw_name, "sglang_router_extra_flags")
         if problem:
             raise RouterConfigError(problem)
         name = str(raw_name).strip().lstrip("-").replace("_", "-")
-        if name in endpoint.SECRET_FLAGS:
+        if name in unit_flags.SECRET_FLAGS:
             raise RouterConfigError(
                 f"--{name} must not be a flag: a secret in argv is visible to every local user "
                 "(the API key is sglang_router_api_key, handed over in-process)"
             )
         if value is False:
-            raise RouterConfigError(endpoint.false_value_problem("sglang_router_extra_flags", name))
+            raise RouterConfigError(unit_flags.false_value_problem("sglang_router_extra_flags", name))
         if value is None:
             continue
         if value is True:
@@ -188,7 +188,7 @@ def router_flags(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def exposure_problem(host: str, port: Any, api_key: str, allow_unauthenticated: bool) -> str | None:
     """Why this router would be an open endpoint, or None (the server's rule, endpoint.py)."""
-    return endpoint.exposure_problem(
+    return unit_flags.exposure_problem(
         "the router", host, port, has_key=bool(api_key), allowed=allow_unauthenticated,
         key_var="sglang_router_api_key", bind_var="sglang_router_host", allow_var="sglang_router_allow_unauthenticated",
     )  # fmt: skip
@@ -236,11 +236,11 @@ def _resolve(settings: Mapping[str, Any], unit_values: Mapping[str, Any], host: 
     if settings["state"] not in STATES:
         raise RouterConfigError(f"sglang_router_state {settings['state']!r} is not one of {', '.join(STATES)}")
     if api_key:
-        problem = endpoint.api_key_problem(api_key, "sglang_router_api_key")
+        problem = unit_flags.api_key_problem(api_key, "sglang_router_api_key")
         if problem:
             raise RouterConfigError(problem)
-    port = endpoint.port_number(settings["port"], "sglang_router_port")
-    metrics_port = endpoint.port_number(settings["prometheus_port"], "sglang_router_prometheus_port")
+    port = unit_flags.port_number(settings["port"], "sglang_router_port")
+    metrics_port = unit_flags.port_number(settings["prometheus_port"], "sglang_router_prometheus_port")
     problem = exposure_problem(str(settings["host"]), port, api_key, bool(settings["allow_unauthenticated"]))
     if problem:
         raise RouterConfigError(problem)
@@ -268,9 +268,9 @@ def _resolve(settings: Mapping[str, Any], unit_values: Mapping[str, Any], host: 
         "environment_assignments": [systemd.environment_assignment(k, v) for k, v in ENVIRONMENT],
         "unit": unit,
         "worker_urls": list(flags["worker-urls"]),
-        "url": f"http://{endpoint.client_host(str(settings['host']))}:{port}",
-        "metrics_url": f"http://{endpoint.client_host(metrics_host)}:{metrics_port}/metrics",
-        "metrics_target": f"{endpoint.url_host(str(settings['metrics_address'] or host))}:{metrics_port}",
+        "url": f"http://{unit_flags.client_host(str(settings['host']))}:{port}",
+        "metrics_url": f"http://{unit_flags.client_host(metrics_host)}:{metrics_port}/metrics",
+        "metrics_target": f"{unit_flags.url_host(str(settings['metrics_address'] or host))}:{metrics_port}",
         "file_sd_path": file_sd_path,
         "api_key_env": API_KEY_ENV if api_key else None,
         # The workers' CAs: each control-node file (source) and where the role installs it (dest, in tls_dir).

@@ -22,7 +22,7 @@ from pathlib import Path
 from sglang_deploy import inputfiles
 
 from sglang_deploy.lanes import catalog
-from sglang_deploy_host import lockfile
+from sglang_deploy_host.stack import lockfile
 from sglang_deploy.lanes.catalog import Lane
 
 LOCK_FORMAT = 1

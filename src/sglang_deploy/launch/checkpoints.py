@@ -1,7 +1,7 @@
 """Does a launch suit the checkpoint it serves? The MTP draft and shared-expert fusion, judged once.
 
 What is known about the served checkpoint comes from one of two places: the inspection of its files
-(``sglang_deploy_host.checkpoint``: the host's weights before the unit starts, or ``plan --checkpoint``),
+(``sglang_deploy_host.model.inspection``: the host's weights before the unit starts, or ``plan --checkpoint``),
 which is the judge, or, before any host is contacted (render, validate, the start of ``up``), the table
 of known checkpoints (``known_checkpoints.yml``: repository, revisions, what a public source says of the
 draft layer). The server's resolver (server.py) and ``sglang-deploy plan`` call :func:`problems` and
@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from sglang_deploy_host import checkpoint as inspector
+from sglang_deploy_host.model import inspection as inspector
 from sglang_deploy.lanes.catalog import Lane
 from sglang_deploy.launch.config import LaunchConfig
 

@@ -27,7 +27,7 @@ from typing import Any, Union
 from sglang_deploy.lanes.catalog import DEFAULT_LANE, lane_names
 from sglang_deploy.launch import flagtable
 from sglang_deploy.launch.flagtable import LaunchSettings
-from sglang_deploy_host import endpoint, sglang_launcher, systemd
+from sglang_deploy_host.serving import sglang_launcher, systemd, unit_flags
 
 DEFAULT_MODULE = "sglang.launch_server"
 # Where the sglang_server role installs sglang_launcher.py (sglang_server_libexec_dir).
@@ -244,10 +244,10 @@ class LaunchConfig:
                     "(from vault or the environment) instead"
                 )
         served = self.settings
-        return endpoint.exposure_problem(
+        return unit_flags.exposure_problem(
             "the server",
-            endpoint.DEFAULT_BIND_HOST if served.host is None else served.host,
-            endpoint.DEFAULT_PORT if served.port is None else served.port,
+            unit_flags.DEFAULT_BIND_HOST if served.host is None else served.host,
+            unit_flags.DEFAULT_PORT if served.port is None else served.port,
             has_key=served.api_key is not None,
             allowed=allow_unauthenticated,
             key_var="sglang_server_api_key",
@@ -403,7 +403,7 @@ def _scalar(name: str, value: Any) -> str:
 
 
 def _flag(raw_name: str, value: Any, lane: str) -> Flag:
-    problem = endpoint.flag_name_problem(raw_name, "sglang_server_flags")
+    problem = unit_flags.flag_name_problem(raw_name, "sglang_server_flags")
     if problem:
         raise LaunchConfigError(problem)
     try:
@@ -413,7 +413,7 @@ def _flag(raw_name: str, value: Any, lane: str) -> Flag:
     if value is True:
         return Flag(name, True)
     if value is False:
-        raise LaunchConfigError(endpoint.false_value_problem("sglang_server_flags", name))
+        raise LaunchConfigError(unit_flags.false_value_problem("sglang_server_flags", name))
     if isinstance(value, Mapping):
         keys = set(value)
         if keys == {"env"}:

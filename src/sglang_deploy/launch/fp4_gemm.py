@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version
 
-from sglang_deploy_host import lockfile
+from sglang_deploy_host.stack import lockfile
 from sglang_deploy.lanes import lock
 from sglang_deploy.lanes.catalog import Lane
 from sglang_deploy.launch.config import LaunchConfig

@@ -58,7 +58,7 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from sglang_deploy import ownpath
-from sglang_deploy_host import files
+from sglang_deploy_host.fs import files
 from sglang_deploy.lanes.catalog import Lane
 
 ENV_CACHE = "SGLANG_DEPLOY_CACHE"

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sglang_deploy_host import checkpoint as inspector
+from sglang_deploy_host.model import inspection as inspector
 from sglang_deploy.lanes.catalog import DEFAULT_LANE, PlannerRules, load_lane
 from sglang_deploy.launch.flagtable import LaunchSettings
 from sglang_deploy.memory import architectures

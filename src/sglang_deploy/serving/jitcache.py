@@ -23,7 +23,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from sglang_deploy_host import systemd
+from sglang_deploy_host.serving import systemd
 
 # variable -> its directory under <root>/<key> (one each; DeepGEMM's two variables share one: sglang
 # sets DG_JIT_CACHE_DIR from SGLANG_DG_CACHE_DIR when it loads DeepGEMM).

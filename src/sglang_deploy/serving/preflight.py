@@ -23,16 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from sglang_deploy_host.gpufacts import (
-    HEALTH_FIX,
-    IDLE_FIX,
-    Disk,
-    GpuFacts,
-    busy_problems,
-    health_problems,
-    version_tuple,
-)
-from sglang_deploy_host.gpufacts import visible_gpu_count as gpufacts_visible_gpu_count
+from sglang_deploy_host.gpu.gpufacts import HEALTH_FIX, IDLE_FIX, Disk, GpuFacts, busy_problems, health_problems, version_tuple
+from sglang_deploy_host.gpu.gpufacts import visible_gpu_count as gpufacts_visible_gpu_count
 from sglang_deploy.launch.config import LaunchConfig
 
 # Minimum Linux driver of each CUDA toolkit release (NVIDIA CUDA Toolkit release notes, table

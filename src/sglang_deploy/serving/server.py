@@ -31,10 +31,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from sglang_deploy_host import endpoint, gpufacts, quality, systemd
+from sglang_deploy_host.serving import quality, quality_reference, systemd, unit_flags
+from sglang_deploy_host.gpu import gpufacts
 from sglang_deploy_host import watchdog as host_watchdog
-from sglang_deploy.launch import checkpoints, fp4_gemm, lane_rules
-from sglang_deploy.launch import flagtable
+from sglang_deploy_host.watch import model as watch_model
+from sglang_deploy.launch import checkpoints, flagtable, fp4_gemm, lane_rules
 from sglang_deploy.launch.flagtable import LaunchSettings
 from sglang_deploy.memory import planner
 from sglang_deploy.serving import jitcache, preflight, tls
@@ -50,7 +51,6 @@ from sglang_deploy.launch.config import (
     profile_flags,
 )
 
-API_KEY_ENV = "SGLANG_API_KEY"
 """The env file variable holding ``sglang_server_api_key``; ``--api-key`` reads it in-process."""
 STATES = ("started", "stopped", "installed")
 
@@ -249,7 +249,7 @@ def _resolve(
     # 4. the role's own additions
     additions: dict[str, Any] = {}
     if inputs.api_key:
-        additions["api-key"] = {"env": API_KEY_ENV}
+        additions["api-key"] = {"env": unit_flags.API_KEY_ENV}
     served_tls = _tls(inputs, config, lane)
     if served_tls:
         additions.update({flag: served_tls[kind] for kind, flag in TLS_FLAGS.items()})
@@ -293,7 +293,7 @@ def _resolve(
 
 
 def _quality(inputs: ServerInputs, unit_name: str) -> dict[str, Any]:
-    """The quality check after the readiness gate (module_utils/sglang_deploy_host/quality.py): the control node's
+    """The quality check after the readiness gate (module_utils/sglang_deploy_host/serving/quality.py): the control node's
     ``reference``, the ``thresholds`` that replace the reference's own, and the host's ``verdict_file`` (what
     ``doctor -i`` reads); ``{}`` without a reference. The reference's content is judged by the validate play."""
     values = dict(inputs.quality or {})
@@ -307,8 +307,8 @@ def _quality(inputs: ServerInputs, unit_name: str) -> dict[str, Any]:
         )
     thresholds = dict(values.get("thresholds") or {})
     try:
-        quality.Thresholds().merged(thresholds, "sglang_server_quality_thresholds")
-    except quality.QualityInputError as err:
+        quality_reference.Thresholds().merged(thresholds, "sglang_server_quality_thresholds")
+    except quality_reference.QualityInputError as err:
         raise ResolveError(str(err)) from None
     state_dir = systemd.absolute_path("sglang_server_quality_state_dir", values.get("state_dir"))
     return {"reference": reference, "thresholds": thresholds, "verdict_file": quality.verdict_path(state_dir, unit_name)}
@@ -467,14 +467,14 @@ def secrets(inputs: ServerInputs) -> dict[str, str]:
     and the journal's redaction read these; nothing else does."""
     secret = {str(name): str(value) for name, value in (inputs.secret_env or {}).items()}
     if inputs.api_key:
-        secret[API_KEY_ENV] = str(inputs.api_key)
+        secret[unit_flags.API_KEY_ENV] = str(inputs.api_key)
     return secret
 
 
 def _secret_env(inputs: ServerInputs) -> list[str]:
     """The names of :func:`secrets`, each line of the env file checked (the values stay here)."""
     if inputs.api_key:
-        problem = endpoint.api_key_problem(str(inputs.api_key), "sglang_server_api_key")
+        problem = unit_flags.api_key_problem(str(inputs.api_key), "sglang_server_api_key")
         if problem:
             raise LaunchConfigError(problem)
     secret = secrets(inputs)
@@ -553,17 +553,17 @@ def plan_for_launch(
 
 def _endpoint(inputs: ServerInputs, launch: LaunchSettings, flags: Mapping[str, Any], host: str) -> Endpoint:
     """From the typed launch; https:// URLs when it serves TLS (``--ssl-certfile`` in the rendered ``flags``:
-    endpoint.serves_tls, as every client on the host decides it)."""
-    bind = launch.host if launch.host is not None else endpoint.DEFAULT_BIND_HOST
+    unit_flags.serves_tls, as every client on the host decides it)."""
+    bind = launch.host if launch.host is not None else unit_flags.DEFAULT_BIND_HOST
     try:
-        port = endpoint.port_number(launch.port if launch.port is not None else endpoint.DEFAULT_PORT, "sglang_server_flags['port']")
+        port = unit_flags.port_number(launch.port if launch.port is not None else unit_flags.DEFAULT_PORT, "sglang_server_flags['port']")
     except ValueError as err:
         raise LaunchConfigError(str(err)) from None
-    served_tls = endpoint.serves_tls(flags)
-    worker = endpoint.http_url(str(inputs.advertise_address or host), port, "https" if served_tls else "http")
+    served_tls = unit_flags.serves_tls(flags)
+    worker = unit_flags.http_url(str(inputs.advertise_address or host), port, "https" if served_tls else "http")
     if inputs.advertise_url:
         try:
-            worker = endpoint.normalized_url(str(inputs.advertise_url))
+            worker = unit_flags.normalized_url(str(inputs.advertise_url))
         except ValueError as err:
             raise LaunchConfigError(f"sglang_server_advertise_url: {err}") from None
         # (An https:// URL in front of a plain server is a proxy's that terminates TLS: its business.)
@@ -574,17 +574,17 @@ def _endpoint(inputs: ServerInputs, launch: LaunchSettings, flags: Mapping[str, 
                 "Fix: give its https:// URL"
             )
     try:
-        served = endpoint.served_model_name(flags)
+        served = unit_flags.served_model_name(flags)
     except ValueError:
         served = ""  # validate names the missing --model-path in sglang's own words
     return Endpoint(
         bind_host=bind,
         port=port,
-        local_url=endpoint.base_url(flags),
+        local_url=unit_flags.base_url(flags),
         worker_url=worker,
         served_model=served,
-        api_key_env=API_KEY_ENV if inputs.api_key else None,
-        cafile=endpoint.host_cafile(flags),
+        api_key_env=unit_flags.API_KEY_ENV if inputs.api_key else None,
+        cafile=unit_flags.host_cafile(flags),
     )
 
 
@@ -625,10 +625,10 @@ def watchdog_settings(
             f"{var('backoff_max_sec')} = {counts['backoff_max_sec']} is below {var('backoff_initial_sec')} = "
             f"{counts['backoff_initial_sec']}. Fix: raise the maximum or lower the first pause"
         )
-    name = host_watchdog.unit_name(str(unit["name"]))
-    host = endpoint.client_host(served.bind_host).strip("[]")
+    name = watch_model.unit_name(str(unit["name"]))
+    host = unit_flags.client_host(served.bind_host).strip("[]")
     allow = "localhost"
-    if not endpoint.is_loopback(host):
+    if not unit_flags.is_loopback(host):
         try:
             allow = f"localhost {ipaddress.ip_address(host)}"
         except ValueError:

@@ -18,7 +18,7 @@ import pytest
 from sglang_deploy import cli
 from sglang_deploy.bench import comparison as bench_comparison
 from sglang_deploy.bench import runs as bench_runs
-from sglang_deploy_host import bench as host_bench
+from sglang_deploy_host.serving import bench_steps as host_bench
 
 KEY = "bench-unit-test-key-7f3a"
 # The sweep as the sglang_deploy_bench role's defaults give it (the module has no defaults of its own).

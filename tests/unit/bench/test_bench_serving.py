@@ -34,7 +34,7 @@ from sglang_deploy import cli
 from sglang_deploy.bench import runs as bench_runs
 from sglang_deploy.launch import validator_venv
 from sglang_deploy.lanes.catalog import DEFAULT_LANE, load_lane
-from sglang_deploy_host import bench as host_bench
+from sglang_deploy_host.serving import bench_steps as host_bench
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 import bench_tokenizer  # noqa: E402

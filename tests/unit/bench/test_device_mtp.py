@@ -18,7 +18,8 @@ from conftest import ROOT
 
 from sglang_deploy.launch import validator_venv
 from sglang_deploy.lanes.catalog import load_lane
-from sglang_deploy_host import checkpoint, systemd
+from sglang_deploy_host.model import inspection
+from sglang_deploy_host.serving import systemd
 
 PROFILES = yaml.safe_load((ROOT / "inventory/proxmox/group_vars/sglang_servers/profiles.yml").read_text())
 
@@ -70,10 +71,10 @@ def test_the_training_script_writes_a_draft_the_inspection_reads(tmp_path: Path)
     report = json.loads((tmp_path / "report.json").read_text())
     # The target learns the rule, and its draft predicts its next-next token, in the BF16 files too.
     assert report["target_next_token_accuracy_bf16_files"] > 0.9 and report["draft_top1_agreement_bf16_files"] > 0.8, report
-    with_draft = checkpoint.inspect(tmp_path / "tiny-mtp")
+    with_draft = inspection.inspect(tmp_path / "tiny-mtp")
     assert with_draft.speculative == "usable" and with_draft.architecture == "DeepseekV3ForCausalLM"
     assert len(with_draft.draft_tensors_present) == report["draft_tensors"] and with_draft.draft_bytes == report["draft_bytes"]
-    without = checkpoint.inspect(tmp_path / "tiny-mtp-nodraft")
+    without = inspection.inspect(tmp_path / "tiny-mtp-nodraft")
     assert without.speculative == "missing" and without.draft_tensors_missing == with_draft.draft_tensors_present
 
 
@@ -101,14 +102,14 @@ def test_the_tiny_models_prompt_set_speaks_its_language(tmp_path: Path) -> None:
     """scripts/device/quality_prompts_tiny.py: the shipped set's shape (5 short prompts, one over 8,192 tokens) in the
     tiny model's tokN words, each continuation going on from its prompt and changing stride twice; the same file on
     every run; a valid prompt set."""
-    from sglang_deploy_host import quality
+    from sglang_deploy_host.serving import quality_reference
 
     script = ROOT / "scripts" / "device" / "quality_prompts_tiny.py"
     for name in ("a.yml", "b.yml"):
         done = subprocess.run([sys.executable, str(script), str(tmp_path / name)], capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, done.stderr
     assert (tmp_path / "a.yml").read_bytes() == (tmp_path / "b.yml").read_bytes()
-    prompts = quality.load_prompt_set(tmp_path / "a.yml")
+    prompts = quality_reference.load_prompt_set(tmp_path / "a.yml")
     assert [p.name for p in prompts.prompts] == ["short-1", "short-2", "short-3", "short-4", "short-5", "long-context"]
     assert len(prompts.prompts[-1].prompt.split()) >= 8192 and prompts.prompts[-1].min_prompt_tokens == 8192
     sys.path.insert(0, str(ROOT / "scripts" / "device"))

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sglang_deploy import cli
-from sglang_deploy_host import nccl_check
+from sglang_deploy_host.gpu import nccl_check
 
 SEED_BOX = ["--gpu-memory-mib", "97887", "--tp-size", "8", "--max-running-requests", "64"]
 
@@ -354,8 +354,7 @@ lock.resolve = lambda target, uv=None: "# resolved\\n"
 @pytest.mark.parametrize("check", [True, False], ids=["check", "write"])
 @pytest.mark.parametrize("kind", STREAMS + REGULAR)
 def test_lock_refuses_a_lock_file_that_is_not_a_text_file(kind: str, check: bool, tmp_path: Path) -> None:
-    from sglang_deploy.lanes import catalog
-    from sglang_deploy.lanes import lock
+    from sglang_deploy.lanes import catalog, lock
 
     lane = next(name for name in catalog.lane_names() if catalog.load_lane(name).lock is not None)
     first = lock.targets(catalog.load_lane(lane))[0]

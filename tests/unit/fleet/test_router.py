@@ -226,7 +226,7 @@ def test_what_prometheus_is_handed_is_checked_whole_before_any_host(changes: dic
 
 
 def test_the_targets_file_is_written_only_over_a_file_of_ours(tmp_path: Path):
-    from sglang_deploy_host import file_sd
+    from sglang_deploy_host.watch import file_sd
 
     groups = router.file_sd({"w1": "http://10.0.0.1:8000"}, {"r1": "10.0.0.9:29000"})
     path = tmp_path / "sd" / "sglang-targets.json"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_deploy.fleet import router
-from sglang_deploy_host import endpoint
+from sglang_deploy_host.serving import unit_flags
 
 SECRET = "pa/ss@w0rd-never-shown"
 
@@ -33,9 +33,9 @@ def test_a_worker_listed_four_ways_is_refused_as_one_listed_four_times() -> None
 
 
 def test_the_default_port_is_written_out_and_hosts_are_lower_case() -> None:
-    assert endpoint.normalized_url("https://Proxy.LAB") == "https://proxy.lab:443"
-    assert endpoint.normalized_url("https://proxy.lab:443/") == "https://proxy.lab:443"
-    assert endpoint.normalized_url("http://[FD00::1]:8000/api/") == "http://[fd00::1]:8000/api"
+    assert unit_flags.normalized_url("https://Proxy.LAB") == "https://proxy.lab:443"
+    assert unit_flags.normalized_url("https://proxy.lab:443/") == "https://proxy.lab:443"
+    assert unit_flags.normalized_url("http://[FD00::1]:8000/api/") == "http://[fd00::1]:8000/api"
 
 
 def test_an_upper_case_https_worker_without_a_ca_is_refused() -> None:

@@ -1,4 +1,4 @@
-"""sglang_deploy_host.checkpoint: what a checkpoint holds, from its headers, on synthetic checkpoints whose
+"""sglang_deploy_host.model.inspection: what a checkpoint holds, from its headers, on synthetic checkpoints whose
 headers are GLM-5-NVFP4's (tests/fixtures/glm5_checkpoint.py: real names, dtypes and shapes, the data a
 hole), then the ``sglang-deploy checkpoint`` command and the ``sglang_checkpoint`` module run by Ansible."""
 
@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT
 
 from sglang_deploy.memory import architectures
-from sglang_deploy_host import checkpoint
+from sglang_deploy_host.model import inspection
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from glm5_checkpoint import make_variants, sparse_copy  # noqa: E402
@@ -41,19 +41,19 @@ def copy_of(made: dict[str, Path], name: str, tmp_path: Path) -> Path:
 
 # -- the verdicts -----------------------------------------------------------------------------------
 def test_a_draft_less_checkpoint_is_missing_every_tensor_of_layer_78(made: dict[str, Path]) -> None:
-    found = checkpoint.inspect(made["missing"])
+    found = inspection.inspect(made["missing"])
     assert (found.architecture, found.num_layers, found.draft_layers_declared) == ("GlmMoeDsaForCausalLM", 78, 1)
     assert found.speculative == "missing" and found.draft_tensors_present == [] and found.draft_bytes == 0
     expected = sorted(architectures.draft_layer_tensors(GLM5))
     # Layer 77's names renumbered, its NVFP4 scales left out, plus the four MTP tensors: the 791 of the BF16 layer.
     assert found.draft_tensors_missing == expected and len(expected) == 791
-    assert not any(name.endswith(checkpoint.SCALE_SUFFIXES) for name in found.draft_tensors_missing)
+    assert not any(name.endswith(inspection.SCALE_SUFFIXES) for name in found.draft_tensors_missing)
     assert "model.layers.78.eh_proj.weight" in found.draft_tensors_missing
     assert found.quantization == "NVFP4" and found.shared_experts_fusion == "same-dtype"
 
 
 def test_a_bf16_draft_is_usable_with_its_exact_bytes_and_dtypes(made: dict[str, Path]) -> None:
-    found = checkpoint.inspect(made["bf16"])
+    found = inspection.inspect(made["bf16"])
     draft = architectures.draft_layer_tensors(GLM5)
     assert found.speculative == "usable" and found.draft_tensors_missing == []
     assert found.draft_tensors_present == sorted(draft)
@@ -74,7 +74,7 @@ def test_a_bf16_draft_is_usable_with_its_exact_bytes_and_dtypes(made: dict[str, 
 
 
 def test_a_quantized_draft_is_the_wrong_dtype(made: dict[str, Path]) -> None:
-    found = checkpoint.inspect(made["nvfp4"])
+    found = inspection.inspect(made["nvfp4"])
     assert found.speculative == "wrong-dtype" and found.draft_tensors_missing == []
     assert found.draft_dtypes["U8"] == (256 + 1) * 3 == found.draft_dtypes["F8_E4M3"]  # routed + shared experts
     assert "model.layers.78.mlp.experts.0.gate_proj.weight" in found.draft_tensors_wrong_dtype
@@ -82,7 +82,7 @@ def test_a_quantized_draft_is_the_wrong_dtype(made: dict[str, Path]) -> None:
 
 
 def test_a_bf16_shared_expert_beside_nvfp4_experts_needs_fusion_off(made: dict[str, Path]) -> None:
-    found = checkpoint.inspect(made["shared-bf16"])
+    found = inspection.inspect(made["shared-bf16"])
     assert found.routed_expert_dtypes == {"U8": 2 * 256 * 3} and found.shared_expert_dtypes == {"BF16": 2 * 3}
     assert found.shared_experts_fusion == "dtypes-differ"
     assert "--disable-shared-experts-fusion" in found.summary()
@@ -124,7 +124,7 @@ def test_a_missing_directory(tmp_path: Path) -> None:
 
 def test_a_truncated_index(made: dict[str, Path], tmp_path: Path) -> None:
     ckpt = copy_of(made, "missing", tmp_path)
-    index = ckpt / checkpoint.INDEX_NAME
+    index = ckpt / inspection.INDEX_NAME
     index.write_bytes(index.read_bytes()[:5000])
     _refused(ckpt, "the index")
 
@@ -169,9 +169,9 @@ def test_a_malformed_checkpoint_names_what_is_wrong(made: dict[str, Path], tmp_p
     elif damage == "shard-long":
         os.truncate(shard, shard.stat().st_size + 1)
     elif damage == "index-names-more":
-        index = json.loads((ckpt / checkpoint.INDEX_NAME).read_text())
+        index = json.loads((ckpt / inspection.INDEX_NAME).read_text())
         index["weight_map"]["model.layers.0.extra.weight"] = shard.name
-        (ckpt / checkpoint.INDEX_NAME).write_text(json.dumps(index))
+        (ckpt / inspection.INDEX_NAME).write_text(json.dumps(index))
     elif damage == "not-json-header":
         with shard.open("r+b") as handle:
             handle.seek(8)
@@ -180,10 +180,10 @@ def test_a_malformed_checkpoint_names_what_is_wrong(made: dict[str, Path], tmp_p
         header = json.dumps({"model.layers.0.input_layernorm.weight": {"dtype": "BF16", "shape": [6144], "data_offsets": [0, 10]}})
         raw = header.encode() + b" " * (-len(header) % 8)
         shard.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 10)
-        index = json.loads((ckpt / checkpoint.INDEX_NAME).read_text())
+        index = json.loads((ckpt / inspection.INDEX_NAME).read_text())
         index["weight_map"] = {k: v for k, v in index["weight_map"].items() if v != shard.name}
         index["weight_map"]["model.layers.0.input_layernorm.weight"] = shard.name
-        (ckpt / checkpoint.INDEX_NAME).write_text(json.dumps(index))
+        (ckpt / inspection.INDEX_NAME).write_text(json.dumps(index))
     elif damage == "fifo":
         shard.unlink()
         os.mkfifo(shard)
@@ -202,7 +202,7 @@ def test_it_reads_headers_only_under_a_small_memory_limit(made: dict[str, Path])
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (512 << 20, 512 << 20))
 
-    script = "import sys; from sglang_deploy_host import checkpoint; sys.exit(checkpoint.main(sys.argv[1:]))"
+    script = "import sys; from sglang_deploy_host.model import inspection; sys.exit(inspection.main(sys.argv[1:]))"
     done = subprocess.run(
         [sys.executable, "-c", script, str(made["bf16"]), "--json"],
         capture_output=True, text=True, timeout=60, check=False, preexec_fn=limit,
@@ -214,48 +214,48 @@ def test_it_reads_headers_only_under_a_small_memory_limit(made: dict[str, Path])
 # -- the verdict kept beside the weights --------------------------------------------------------------
 def test_a_kept_verdict_is_read_back_only_for_the_same_files(made: dict[str, Path], tmp_path: Path) -> None:
     ckpt = copy_of(made, "bf16", tmp_path)
-    verdict = Path(checkpoint.verdict_path(ckpt))
+    verdict = Path(inspection.verdict_path(ckpt))
     assert verdict == tmp_path / "bf16.checkpoint.json"
-    found = checkpoint.inspect(ckpt)
-    assert checkpoint.read_kept(ckpt, verdict) is None  # nothing kept yet
-    assert checkpoint.keep(ckpt, verdict, found) is None
+    found = inspection.inspect(ckpt)
+    assert inspection.read_kept(ckpt, verdict) is None  # nothing kept yet
+    assert inspection.keep(ckpt, verdict, found) is None
     assert verdict.stat().st_mode & 0o777 == 0o644
-    assert checkpoint.read_kept(ckpt, verdict) == found
+    assert inspection.read_kept(ckpt, verdict) == found
     # A shard changed since (a re-fetch, a graft): the verdict is for other files.
     shard = ckpt / "model-00005-of-00005.safetensors"
     os.utime(shard, ns=(shard.stat().st_atime_ns, shard.stat().st_mtime_ns + 1))
-    assert checkpoint.read_kept(ckpt, verdict) is None
+    assert inspection.read_kept(ckpt, verdict) is None
 
 
 def test_a_planted_or_loosened_verdict_is_not_believed(made: dict[str, Path], tmp_path: Path) -> None:
     ckpt = copy_of(made, "missing", tmp_path)
-    verdict = Path(checkpoint.verdict_path(ckpt))
-    found = checkpoint.inspect(ckpt)
-    assert checkpoint.keep(ckpt, verdict, found) is None
+    verdict = Path(inspection.verdict_path(ckpt))
+    found = inspection.inspect(ckpt)
+    assert inspection.keep(ckpt, verdict, found) is None
     # Someone rewrites the verdict to "usable": the content is read, but the file is now writable by others.
     data = json.loads(verdict.read_text())
     data["inspection"]["speculative"] = "usable"
     verdict.write_text(json.dumps(data))
-    assert checkpoint.read_kept(ckpt, verdict).speculative == "usable"  # same owner, 0644: believed
+    assert inspection.read_kept(ckpt, verdict).speculative == "usable"  # same owner, 0644: believed
     verdict.chmod(0o666)
-    assert checkpoint.read_kept(ckpt, verdict) is None
+    assert inspection.read_kept(ckpt, verdict) is None
     verdict.chmod(0o644)
     # A verdict for another directory, or of another schema, or not JSON at all.
     for change in ({"path": "/elsewhere"}, {"schema": 0}):
         verdict.write_text(json.dumps({**data, **change}))
-        assert checkpoint.read_kept(ckpt, verdict) is None
+        assert inspection.read_kept(ckpt, verdict) is None
     verdict.write_text("{not json")
-    assert checkpoint.read_kept(ckpt, verdict) is None
+    assert inspection.read_kept(ckpt, verdict) is None
     # A verdict behind a link is not followed.
     verdict.unlink()
     (tmp_path / "elsewhere.json").write_text(json.dumps(data))
     verdict.symlink_to(tmp_path / "elsewhere.json")
-    assert checkpoint.read_kept(ckpt, verdict) is None
+    assert inspection.read_kept(ckpt, verdict) is None
     # A directory others may write: neither kept there nor read from there.
     verdict.unlink()
     tmp_path.chmod(0o777)
     try:
-        assert "writable by others" in (checkpoint.keep(ckpt, verdict, found) or "")
+        assert "writable by others" in (inspection.keep(ckpt, verdict, found) or "")
         assert not verdict.exists()
     finally:
         tmp_path.chmod(0o755)
@@ -283,7 +283,7 @@ def test_the_module_inspects_keeps_and_reads_back(made: dict[str, Path], tmp_pat
     ckpt = copy_of(made, "missing", tmp_path)
     dry = _module(tmp_path, ckpt, "--check")
     assert dry["state"] == "inspected" and dry["inspection"]["speculative"] == "missing"
-    assert dry["changed"] is False and not Path(checkpoint.verdict_path(ckpt)).exists()  # check mode keeps nothing
+    assert dry["changed"] is False and not Path(inspection.verdict_path(ckpt)).exists()  # check mode keeps nothing
     first = _module(tmp_path, ckpt)
     assert first["changed"] is True and first["kept"] is False
     again = _module(tmp_path, ckpt)

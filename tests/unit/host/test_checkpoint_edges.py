@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT
 
 from sglang_deploy.memory import architectures
-from sglang_deploy_host import checkpoint, safetensors
+from sglang_deploy_host.model import inspection, safetensors
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from glm5_checkpoint import make_glm5_checkpoint, make_variants  # noqa: E402
@@ -30,7 +30,7 @@ EH_PROJ = "model.layers.78.eh_proj.weight"
 # -- a draft layer that is partly there ------------------------------------------------------------------------
 def test_a_graft_that_lost_eh_proj_is_missing_exactly_that_tensor(tmp_path: Path) -> None:
     make_glm5_checkpoint(tmp_path / "graft", draft="bf16", draft_without=(EH_PROJ,))
-    found = checkpoint.inspect(tmp_path / "graft")
+    found = inspection.inspect(tmp_path / "graft")
     assert found.speculative == "missing" and found.draft_tensors_missing == [EH_PROJ]
     assert len(found.draft_tensors_present) == len(DRAFT) - 1
     assert "draft layer 78 is missing (1 of its tensors absent" in found.speculative_reason
@@ -43,7 +43,7 @@ def test_a_graft_that_lost_eh_proj_is_missing_exactly_that_tensor(tmp_path: Path
 def test_any_one_draft_tensor_lost_is_missing(tmp_path: Path, name: str) -> None:
     assert name in DRAFT
     make_glm5_checkpoint(tmp_path / "graft", draft="bf16", draft_without=(name,))
-    found = checkpoint.inspect(tmp_path / "graft")
+    found = inspection.inspect(tmp_path / "graft")
     assert (found.speculative, found.draft_tensors_missing) == ("missing", [name])
 
 
@@ -58,8 +58,8 @@ def test_a_fetch_that_skipped_one_of_the_drafts_shards_is_missing_its_tensors(tm
     assert lost and all(name.startswith("model.layers.78.") for name in lost)
     (tmp_path / "half" / skipped).unlink()
     index["weight_map"] = {name: shard for name, shard in index["weight_map"].items() if shard != skipped}
-    (tmp_path / "half" / checkpoint.INDEX_NAME).write_text(json.dumps(index))
-    found = checkpoint.inspect(tmp_path / "half")
+    (tmp_path / "half" / inspection.INDEX_NAME).write_text(json.dumps(index))
+    found = inspection.inspect(tmp_path / "half")
     assert found.speculative == "missing" and found.draft_tensors_missing == lost
     assert found.draft_bytes == sum(architectures_bytes(DRAFT[n]) for n in found.draft_tensors_present)
 
@@ -75,7 +75,7 @@ def architectures_bytes(spec: tuple[str, tuple[int, ...]]) -> int:
 def test_one_quantized_expert_in_the_draft_is_the_wrong_dtype(tmp_path: Path) -> None:
     name = "model.layers.78.mlp.experts.7.up_proj.weight"
     make_glm5_checkpoint(tmp_path / "one", draft="bf16", draft_dtypes={name: "F8_E4M3"})
-    found = checkpoint.inspect(tmp_path / "one")
+    found = inspection.inspect(tmp_path / "one")
     assert (found.speculative, found.draft_tensors_wrong_dtype) == ("wrong-dtype", [name])
     assert "1 of its tensors are quantized (e.g. model.layers.78.mlp.experts.7.up_proj.weight)" in found.speculative_reason
 
@@ -83,7 +83,7 @@ def test_one_quantized_expert_in_the_draft_is_the_wrong_dtype(tmp_path: Path) ->
 def test_a_draft_of_every_unquantized_dtype_is_usable(tmp_path: Path) -> None:
     overrides = {"model.layers.78.enorm.weight": "F32", "model.layers.78.hnorm.weight": "F16"}
     make_glm5_checkpoint(tmp_path / "mixed", draft="bf16", draft_dtypes=overrides)
-    found = checkpoint.inspect(tmp_path / "mixed")
+    found = inspection.inspect(tmp_path / "mixed")
     expected: dict[str, int] = {}
     for name, (dtype, _shape) in DRAFT.items():
         dtype = overrides.get(name, dtype)
@@ -96,7 +96,7 @@ def test_two_declared_draft_layers_need_both(tmp_path: Path) -> None:
     config = made["config"]
     config["num_nextn_predict_layers"] = 2
     (tmp_path / "two" / "config.json").write_text(json.dumps(config))
-    found = checkpoint.inspect(tmp_path / "two")
+    found = inspection.inspect(tmp_path / "two")
     assert found.speculative == "missing" and found.draft_tensors_missing
     assert all(name.startswith("model.layers.79.") for name in found.draft_tensors_missing)
     assert "declares 2 draft layer(s)" in found.speculative_reason
@@ -127,45 +127,45 @@ def pad_json(path: Path, value: object, size: int) -> None:
 
 def test_config_json_at_its_cap_is_read_and_one_byte_more_is_not(small: Path) -> None:
     config = json.loads((small / "config.json").read_text())
-    pad_json(small / "config.json", config, checkpoint.JSON_MAX_BYTES)
-    assert checkpoint.inspect(small).num_layers == 1
-    pad_json(small / "config.json", config, checkpoint.JSON_MAX_BYTES + 1)
-    with pytest.raises(checkpoint.CheckpointError, match=f"more than the {checkpoint.JSON_MAX_BYTES:,} this reads"):
-        checkpoint.inspect(small)
+    pad_json(small / "config.json", config, inspection.JSON_MAX_BYTES)
+    assert inspection.inspect(small).num_layers == 1
+    pad_json(small / "config.json", config, inspection.JSON_MAX_BYTES + 1)
+    with pytest.raises(inspection.CheckpointError, match=f"more than the {inspection.JSON_MAX_BYTES:,} this reads"):
+        inspection.inspect(small)
 
 
 def test_the_quantization_config_has_the_same_cap(small: Path) -> None:
     quant = {"quantization": {"quant_algo": "NVFP4"}}
-    pad_json(small / checkpoint.QUANT_CONFIG_NAME, quant, checkpoint.JSON_MAX_BYTES)
-    assert checkpoint.inspect(small).quantization == "NVFP4"
-    pad_json(small / checkpoint.QUANT_CONFIG_NAME, quant, checkpoint.JSON_MAX_BYTES + 1)
-    with pytest.raises(checkpoint.CheckpointError, match="hf_quant_config.json"):
-        checkpoint.inspect(small)
+    pad_json(small / inspection.QUANT_CONFIG_NAME, quant, inspection.JSON_MAX_BYTES)
+    assert inspection.inspect(small).quantization == "NVFP4"
+    pad_json(small / inspection.QUANT_CONFIG_NAME, quant, inspection.JSON_MAX_BYTES + 1)
+    with pytest.raises(inspection.CheckpointError, match="hf_quant_config.json"):
+        inspection.inspect(small)
 
 
 def test_the_index_at_its_cap_is_read_and_one_byte_more_is_not(small: Path) -> None:
     (small / "model.safetensors").rename(small / "model-00001-of-00001.safetensors")
     index = {"weight_map": {"model.layers.0.w": "model-00001-of-00001.safetensors"}}
-    pad_json(small / checkpoint.INDEX_NAME, index, checkpoint.INDEX_MAX_BYTES)
-    assert checkpoint.inspect(small).tensors == 1
-    pad_json(small / checkpoint.INDEX_NAME, index, checkpoint.INDEX_MAX_BYTES + 1)
-    with pytest.raises(checkpoint.CheckpointError, match=f"the index .*more than the {checkpoint.INDEX_MAX_BYTES:,}"):
-        checkpoint.inspect(small)
+    pad_json(small / inspection.INDEX_NAME, index, inspection.INDEX_MAX_BYTES)
+    assert inspection.inspect(small).tensors == 1
+    pad_json(small / inspection.INDEX_NAME, index, inspection.INDEX_MAX_BYTES + 1)
+    with pytest.raises(inspection.CheckpointError, match=f"the index .*more than the {inspection.INDEX_MAX_BYTES:,}"):
+        inspection.inspect(small)
 
 
 def test_a_header_at_its_cap_is_read_and_eight_bytes_more_is_not(small: Path) -> None:
     header = {"model.layers.0.w": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}}
     write_shard(small / "model.safetensors", header, 8, pad_to=safetensors.MAX_HEADER_BYTES)
-    assert checkpoint.inspect(small).tensors == 1
+    assert inspection.inspect(small).tensors == 1
     write_shard(small / "model.safetensors", header, 8, pad_to=safetensors.MAX_HEADER_BYTES + 8)
-    with pytest.raises(checkpoint.CheckpointError, match=f"header length {safetensors.MAX_HEADER_BYTES + 8} is not plausible"):
-        checkpoint.inspect(small)
+    with pytest.raises(inspection.CheckpointError, match=f"header length {safetensors.MAX_HEADER_BYTES + 8} is not plausible"):
+        inspection.inspect(small)
 
 
 def test_a_header_length_of_zero_is_not_plausible(small: Path) -> None:
     (small / "model.safetensors").write_bytes(struct.pack("<Q", 0))
-    with pytest.raises(checkpoint.CheckpointError, match="header length 0 is not plausible"):
-        checkpoint.inspect(small)
+    with pytest.raises(inspection.CheckpointError, match="header length 0 is not plausible"):
+        inspection.inspect(small)
 
 
 @pytest.mark.parametrize("dims", [safetensors.MAX_DIMS, safetensors.MAX_DIMS + 1])
@@ -173,10 +173,10 @@ def test_a_shape_of_max_dims_is_read_and_one_more_is_not(small: Path, dims: int)
     header = {"model.layers.0.w": {"dtype": "BF16", "shape": [1] * (dims - 1) + [4], "data_offsets": [0, 8]}}
     write_shard(small / "model.safetensors", header, 8)
     if dims <= safetensors.MAX_DIMS:
-        assert checkpoint.inspect(small).tensors == 1
+        assert inspection.inspect(small).tensors == 1
     else:
-        with pytest.raises(checkpoint.CheckpointError, match=f"not a list of at most {safetensors.MAX_DIMS} sizes"):
-            checkpoint.inspect(small)
+        with pytest.raises(inspection.CheckpointError, match=f"not a list of at most {safetensors.MAX_DIMS} sizes"):
+            inspection.inspect(small)
 
 
 def test_a_dimension_at_its_cap_is_a_size_and_one_more_is_not() -> None:
@@ -213,17 +213,17 @@ def test_without_strict_only_the_span_is_checked() -> None:
     assert (loose.dtype, loose.shape, loose.nbytes) == ("nonsense", (), 3)
 
 
-@pytest.mark.parametrize(("key", "top"), sorted(checkpoint.MAX_COUNTS.items()))
+@pytest.mark.parametrize(("key", "top"), sorted(inspection.MAX_COUNTS.items()))
 def test_each_count_at_its_cap_is_a_count_and_one_more_is_not(key: str, top: int) -> None:
-    assert checkpoint._int({key: top}, key) == top
-    with pytest.raises(checkpoint.CheckpointError, match=f"{key} = {top + 1} is more than any real model has"):
-        checkpoint._int({key: top + 1}, key)
+    assert inspection._int({key: top}, key) == top
+    with pytest.raises(inspection.CheckpointError, match=f"{key} = {top + 1} is more than any real model has"):
+        inspection._int({key: top + 1}, key)
     for bad in (-1, True, 1.5, "3"):
-        with pytest.raises(checkpoint.CheckpointError, match="is not a count"):
-            checkpoint._int({key: bad}, key)
-    assert checkpoint._int({}, key, 0) == 0
-    with pytest.raises(checkpoint.CheckpointError, match=f"config.json has no {key}"):
-        checkpoint._int({}, key)
+        with pytest.raises(inspection.CheckpointError, match="is not a count"):
+            inspection._int({key: bad}, key)
+    assert inspection._int({}, key, 0) == 0
+    with pytest.raises(inspection.CheckpointError, match=f"config.json has no {key}"):
+        inspection._int({}, key)
 
 
 def test_a_shown_name_is_whole_up_to_120_characters_and_cut_with_dots_past_it() -> None:
@@ -311,7 +311,7 @@ SUMMARIES = {
 def test_the_summary_says_what_the_checkpoint_is_and_what_it_means(variants: dict[str, Path], name: str) -> None:
     """The text `sglang-deploy checkpoint` prints, line by line: sizes in GB (not bytes), the verdict in capitals,
     the reason with its first letter raised, the draft's tensors, the fusion rule."""
-    lines = checkpoint.inspect(variants[name]).summary().splitlines()
+    lines = inspection.inspect(variants[name]).summary().splitlines()
     expected = SUMMARIES[name]
     assert len(lines) == len(expected)
     assert lines[0] == f"{variants[name]}: {expected[0]}"
@@ -320,14 +320,14 @@ def test_the_summary_says_what_the_checkpoint_is_and_what_it_means(variants: dic
 
 
 def test_a_checkpoint_without_a_quantization_or_a_draft_says_neither(small: Path) -> None:
-    summary = checkpoint.inspect(small).summary().splitlines()
+    summary = inspection.inspect(small).summary().splitlines()
     assert summary[0] == f"{small}: LlamaForCausalLM (unknown), 1 layers, 1 tensors in 1 shard(s), 0.0 GB"
     assert summary[1:] != [] and not any(line.startswith(("  draft layer 1:", "Shared")) for line in summary[1:])
     assert summary[-1] == "  5 expected tensors absent, e.g. model.layers.1.eh_proj.weight"
 
 
 def test_the_drafts_bytes_per_gpu_need_a_tensor_parallel_size(variants: dict[str, Path]) -> None:
-    found = checkpoint.inspect(variants["bf16"])
+    found = inspection.inspect(variants["bf16"])
     one = found.draft_bytes_per_gpu(1)
     assert one == found.draft_loaded_replicated_bytes + found.draft_loaded_split_bytes
     assert found.draft_bytes_per_gpu(8) == found.draft_loaded_replicated_bytes + -(-found.draft_loaded_split_bytes // 8)
@@ -350,16 +350,16 @@ def test_the_drafts_bytes_per_gpu_need_a_tensor_parallel_size(variants: dict[str
     ],
 )
 def test_each_bad_entry_of_the_weight_map_is_refused_alone(small: Path, weight_map: object, needle: str) -> None:
-    (small / checkpoint.INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": 8}, "weight_map": weight_map}))
-    with pytest.raises(checkpoint.CheckpointError) as err:
-        checkpoint.inspect(small)
+    (small / inspection.INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": 8}, "weight_map": weight_map}))
+    with pytest.raises(inspection.CheckpointError) as err:
+        inspection.inspect(small)
     assert needle in str(err.value), str(err.value)
 
 
 @pytest.mark.parametrize("architectures", [[], "LlamaForCausalLM", None, {"0": "x"}])
 def test_an_architecture_list_that_is_empty_or_not_a_list_is_unknown(small: Path, architectures: object) -> None:
     (small / "config.json").write_text(json.dumps({"architectures": architectures, "num_hidden_layers": 1, "model_type": "llama"}))
-    found = checkpoint.inspect(small)
+    found = inspection.inspect(small)
     assert (found.architecture, found.model_type) == ("unknown", "llama")
 
 
@@ -371,10 +371,10 @@ def test_the_index_names_the_tensor_a_shards_header_lacks(tmp_path: Path) -> Non
     write_shard(root / "a.safetensors", {"a.w": entry}, 8)
     write_shard(root / "b.safetensors", {"b.w": entry}, 8)
     index = {"metadata": {"total_size": 24}, "weight_map": {"a.w": "a.safetensors", "b.w": "b.safetensors", "b.x": "b.safetensors"}}
-    (root / checkpoint.INDEX_NAME).write_text(json.dumps(index))
-    with pytest.raises(checkpoint.CheckpointError) as err:
-        checkpoint.inspect(root)
-    assert str(err.value) == f"{checkpoint.INDEX_NAME} puts b.x in b.safetensors, whose header does not hold it"
+    (root / inspection.INDEX_NAME).write_text(json.dumps(index))
+    with pytest.raises(inspection.CheckpointError) as err:
+        inspection.inspect(root)
+    assert str(err.value) == f"{inspection.INDEX_NAME} puts b.x in b.safetensors, whose header does not hold it"
 
 
 def test_a_shard_the_disk_cannot_read_is_one_error_naming_it(small: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -384,44 +384,44 @@ def test_a_shard_the_disk_cannot_read_is_one_error_naming_it(small: Path, monkey
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(safetensors, "read_header", failing)
-    with pytest.raises(checkpoint.CheckpointError, match=r"^shard model\.safetensors: Input/output error$"):
-        checkpoint.inspect(small)
+    with pytest.raises(inspection.CheckpointError, match=r"^shard model\.safetensors: Input/output error$"):
+        inspection.inspect(small)
 
 
 def test_fusion_is_judged_per_pair_of_routed_and_shared_experts() -> None:
     u8, bf16 = {"U8": 4}, {"BF16": 1}
-    assert checkpoint._fusion({}, {}, {}, {}) == "no-shared-experts"
-    assert checkpoint._fusion(u8, {}, u8, {}) == "no-shared-experts"
-    assert checkpoint._fusion(u8, u8, u8, u8) == "same-dtype"
-    assert checkpoint._fusion(u8, bf16, u8, u8) == "dtypes-differ"
-    assert checkpoint._fusion(u8, {}, u8, bf16) == "dtypes-differ"  # only the draft layer has a shared expert
-    assert checkpoint._fusion(u8, u8, {}, bf16) == "same-dtype"  # a shared expert without routed ones beside it
+    assert inspection._fusion({}, {}, {}, {}) == "no-shared-experts"
+    assert inspection._fusion(u8, {}, u8, {}) == "no-shared-experts"
+    assert inspection._fusion(u8, u8, u8, u8) == "same-dtype"
+    assert inspection._fusion(u8, bf16, u8, u8) == "dtypes-differ"
+    assert inspection._fusion(u8, {}, u8, bf16) == "dtypes-differ"  # only the draft layer has a shared expert
+    assert inspection._fusion(u8, u8, {}, bf16) == "same-dtype"  # a shared expert without routed ones beside it
 
 
 def test_a_verdict_is_kept_and_read_for_a_checkpoint_without_a_quantization_config(small: Path, tmp_path: Path) -> None:
-    assert not (small / checkpoint.QUANT_CONFIG_NAME).exists() and checkpoint._identity(small / "none") is None
-    found = checkpoint.inspect(small)
+    assert not (small / inspection.QUANT_CONFIG_NAME).exists() and inspection._identity(small / "none") is None
+    found = inspection.inspect(small)
     kept_at = tmp_path / "verdict.json"
-    assert checkpoint.keep(small, kept_at, found) is None
-    assert checkpoint.read_kept(small, kept_at) == found
+    assert inspection.keep(small, kept_at, found) is None
+    assert inspection.read_kept(small, kept_at) == found
 
 
 def test_a_verdict_is_kept_only_where_nobody_else_can_write_and_read_only_if_nobody_else_could_have(small: Path, tmp_path: Path) -> None:
-    found = checkpoint.inspect(small)
-    assert checkpoint.keep(small, tmp_path / "no-dir" / "v.json", found) == f"{tmp_path / 'no-dir'}: No such file or directory"
+    found = inspection.inspect(small)
+    assert inspection.keep(small, tmp_path / "no-dir" / "v.json", found) == f"{tmp_path / 'no-dir'}: No such file or directory"
     kept_at = tmp_path / "verdict.json"
-    assert checkpoint.keep(small, kept_at, found) is None and checkpoint.read_kept(small, kept_at) == found
+    assert inspection.keep(small, kept_at, found) is None and inspection.read_kept(small, kept_at) == found
     kept_at.chmod(0o664)  # another user could have written it since
-    assert checkpoint.read_kept(small, kept_at) is None
+    assert inspection.read_kept(small, kept_at) is None
     kept_at.chmod(0o644)
     if os.geteuid() == 0:
         os.chown(kept_at, 65534, 65534)
-        assert checkpoint.read_kept(small, kept_at) is None
+        assert inspection.read_kept(small, kept_at) is None
         os.chown(kept_at, 0, 0)
-    assert checkpoint.read_kept(small, kept_at) == found
+    assert inspection.read_kept(small, kept_at) == found
     kept_at.unlink()
     kept_at.mkdir()
-    assert checkpoint.read_kept(small, kept_at) is None
+    assert inspection.read_kept(small, kept_at) is None
 
 
 @pytest.mark.parametrize(
@@ -436,24 +436,24 @@ def test_a_verdict_is_kept_only_where_nobody_else_can_write_and_read_only_if_nob
     ids=["shards-not-names", "shards-a-string", "no-inspection", "unknown-field", "inspection-a-list"],
 )
 def test_a_kept_verdict_that_is_not_one_is_not_read(small: Path, tmp_path: Path, tamper: Any) -> None:
-    found = checkpoint.inspect(small)
+    found = inspection.inspect(small)
     kept_at = tmp_path / "verdict.json"
-    assert checkpoint.keep(small, kept_at, found) is None
+    assert inspection.keep(small, kept_at, found) is None
     kept = json.loads(kept_at.read_text())
     tamper(kept)
     kept_at.write_text(json.dumps(kept))
-    assert checkpoint.read_kept(small, kept_at) is None
+    assert inspection.read_kept(small, kept_at) is None
 
 
 def test_a_verdict_that_cannot_be_written_leaves_no_temporary_file(small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    found = checkpoint.inspect(small)
+    found = inspection.inspect(small)
     where = tmp_path / "kept"
     where.mkdir(mode=0o755)
 
     def full_disk(*_: object, **__: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(checkpoint.json, "dump", full_disk)
+    monkeypatch.setattr(inspection.json, "dump", full_disk)
     with pytest.raises(OSError, match="No space left on device"):
-        checkpoint.keep(small, where / "verdict.json", found)
+        inspection.keep(small, where / "verdict.json", found)
     assert list(where.iterdir()) == []

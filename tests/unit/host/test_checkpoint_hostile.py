@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from sglang_deploy_host import checkpoint, safetensors
+from sglang_deploy_host.model import inspection, safetensors
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from glm5_checkpoint import make_glm5_checkpoint, sparse_copy  # noqa: E402
@@ -108,7 +108,7 @@ def test_json_nested_too_deeply(ckpt: Path, where: str) -> None:
         (ckpt / "config.json").write_text(deep)
         refused(ckpt, "config.json")
     else:
-        (ckpt / checkpoint.INDEX_NAME).write_text(deep)
+        (ckpt / inspection.INDEX_NAME).write_text(deep)
         refused(ckpt, "the index")
 
 
@@ -166,9 +166,9 @@ def test_an_escape_sequence_in_a_tensor_name_never_reaches_the_terminal(ckpt: Pa
 
 
 def test_an_escape_sequence_in_the_index_never_reaches_the_terminal(ckpt: Path) -> None:
-    index = json.loads((ckpt / checkpoint.INDEX_NAME).read_text())
+    index = json.loads((ckpt / inspection.INDEX_NAME).read_text())
     index["weight_map"]["model.layers.0.x.weight"] = "\x1b[2Jshard.safetensors"
-    (ckpt / checkpoint.INDEX_NAME).write_text(json.dumps(index))
+    (ckpt / inspection.INDEX_NAME).write_text(json.dumps(index))
     refused(ckpt, "maps to an invalid file")
 
 

@@ -1,4 +1,4 @@
-"""The driver step's decision (module_utils/sglang_deploy_host/driverstate.py) and the
+"""The driver step's decision (module_utils/sglang_deploy_host/gpu/driverstate.py) and the
 sglang_driver_state module through real Ansible, with a fake modinfo and /proc, /sys files."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from sglang_deploy_host.driverstate import DriverState, decide, parse_proc_version
+from sglang_deploy_host.gpu.driverstate import DriverState, decide, parse_proc_version
 
 PROC_580 = (
     "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  "

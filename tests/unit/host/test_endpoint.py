@@ -1,4 +1,4 @@
-"""sglang_deploy_host.endpoint against the sglang HTTP stand-in over real HTTP on 127.0.0.1.
+"""sglang_deploy_host.serving.endpoint against the sglang HTTP stand-in over real HTTP on 127.0.0.1.
 
 The stand-in (tests/standin/sglang_server_standin.py) runs as its own process on an ephemeral port,
 in the modes the suites must tell apart: ok, garble (NaN-like "!!!!" answers), never-ready (503).
@@ -25,9 +25,9 @@ import pytest
 from conftest import ROOT
 from conftest import StandinProcess as Standin
 
-from sglang_deploy_host import endpoint as ep
-from sglang_deploy_host import gate
-from sglang_deploy_host.systemd import env_file_line
+from sglang_deploy_host.serving import endpoint as ep
+from sglang_deploy_host.serving import gate, unit_flags
+from sglang_deploy_host.serving.systemd import env_file_line
 
 KEY = "unit-test-key"
 
@@ -48,12 +48,12 @@ OK_ARGS = ("--model-path", "org/Model-7B", "--served-model-name", "glm-5", "--ap
     ],
 )
 def test_base_url_follows_the_launch_flags(flags: dict, url: str) -> None:
-    assert ep.base_url(flags) == url
+    assert unit_flags.base_url(flags) == url
 
 
 def test_base_url_rejects_a_non_numeric_port() -> None:
     with pytest.raises(ValueError, match="launch flag port = 'http' is not a port"):
-        ep.base_url({"port": "http"})
+        unit_flags.base_url({"port": "http"})
 
 
 @pytest.mark.parametrize(
@@ -79,8 +79,8 @@ def test_http_and_https_base_urls_are_accepted(url: str) -> None:
 
 
 def test_served_model_name_falls_back_to_the_model_path() -> None:
-    assert ep.served_model_name({"served-model-name": "glm-5", "model": "a/b"}) == "glm-5"
-    assert ep.served_model_name({"model": "lukealonso/GLM-5-NVFP4"}) == "lukealonso/GLM-5-NVFP4"
+    assert unit_flags.served_model_name({"served-model-name": "glm-5", "model": "a/b"}) == "glm-5"
+    assert unit_flags.served_model_name({"model": "lukealonso/GLM-5-NVFP4"}) == "lukealonso/GLM-5-NVFP4"
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:
@@ -114,13 +114,13 @@ def test_target_from_render_reads_flags_and_the_key_the_launcher_adds() -> None:
         python="/v/bin/python3", secret_env_names=["SGLANG_API_KEY"],
     )  # fmt: skip
     unit = f"[Service]\nExecStart={launch.exec_start()}\nRestart=on-failure\n"
-    target = ep.target_from_render(unit, "# x\nSGLANG_API_KEY='s3cr%t $x'\n")
+    target = unit_flags.target_from_render(unit, "# x\nSGLANG_API_KEY='s3cr%t $x'\n")
     assert (target.url, target.model, target.api_key) == ("http://127.0.0.1:8000", "glm-5", "s3cr%t $x")
     assert "s3cr" not in repr(target)
     with pytest.raises(ValueError, match="does not set SGLANG_API_KEY"):
-        ep.target_from_render(unit, "OTHER='1'\n")
+        unit_flags.target_from_render(unit, "OTHER='1'\n")
     open_unit = unit.replace("--env-flag api-key=SGLANG_API_KEY ", "")
-    assert ep.target_from_render(open_unit, "").api_key == ""
+    assert unit_flags.target_from_render(open_unit, "").api_key == ""
 
 
 def test_the_shipped_probes_load(tmp_path: Path) -> None:
@@ -230,7 +230,7 @@ def test_wait_ready_stops_early_when_the_unit_failed() -> None:
 def test_wait_ready_script_exits_1_with_the_reason(standin: Standin) -> None:
     port = standin.url.rsplit(":", 1)[1]
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_deploy_host.endpoint", "wait-ready",
+        [sys.executable, "-m", "sglang_deploy_host.serving.endpoint", "wait-ready",
          "--bind-host", "0.0.0.0", "--port", port, "--timeout", "1.5", "--initial-delay", "0.2", "--max-delay", "0.5"],
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
@@ -583,7 +583,7 @@ TRICKY_KEY = "k'e\"y $HOME `id` \\ %n"
 
 def _wait_ready(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sglang_deploy_host.endpoint", "wait-ready", *args],
+        [sys.executable, "-m", "sglang_deploy_host.serving.endpoint", "wait-ready", *args],
         capture_output=True, text=True, timeout=60, check=False, env=env,
     )  # fmt: skip
 
@@ -601,13 +601,13 @@ def _env_file(tmp_path: Path, name: str, key: str) -> Path:
 def test_wait_ready_reads_the_key_from_the_env_file(standin: Standin, tmp_path: Path, name: str) -> None:
     env_file = _env_file(tmp_path, name, WIDE_KEY)
     # With --env-file the process environment is not read.
-    env = {**os.environ, ep.API_KEY_ENV: "not-the-key"}
+    env = {**os.environ, unit_flags.API_KEY_ENV: "not-the-key"}
     args = ("--url", standin.url, "--path", "/v1/models", "--initial-delay", "0.2")
     proc = _wait_ready(*args, "--timeout", "5", "--env-file", str(env_file), "--api-key-env", name, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert WIDE_KEY not in proc.stdout + proc.stderr
     # Without the key /v1/models answers 401: the 200 above came from the key in the file.
-    without = _wait_ready(*args, "--timeout", "0.5", env={**os.environ, ep.API_KEY_ENV: ""})
+    without = _wait_ready(*args, "--timeout", "0.5", env={**os.environ, unit_flags.API_KEY_ENV: ""})
     assert without.returncode == 1 and "HTTP 401" in without.stdout
 
 
@@ -640,9 +640,9 @@ def test_wait_ready_refuses_a_url_that_is_not_http() -> None:
 # -- sglang-deploy verify --endpoint -----------------------------------------------------------
 def _verify(url: str, *extra: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
     """The command with the key in its environment, as a user gives it (--api-key is refused)."""
-    env = {k: v for k, v in os.environ.items() if k != ep.API_KEY_ENV}
+    env = {k: v for k, v in os.environ.items() if k != unit_flags.API_KEY_ENV}
     if key is not None:
-        env[ep.API_KEY_ENV] = key
+        env[unit_flags.API_KEY_ENV] = key
     return subprocess.run(
         [sys.executable, "-m", "sglang_deploy.cli", "verify", "--endpoint", url, "--model", "glm-5", *extra],
         capture_output=True, text=True, timeout=300, check=False, cwd=ROOT, env=env,
@@ -742,9 +742,9 @@ def test_a_key_no_header_can_carry_is_refused_in_one_line_without_a_byte_of_it(t
         extra, env_key = ["--api-key-file", str(path)], None
     for command in (["verify", "--endpoint", "http://127.0.0.1:9", "--model", "m"],
                     ["bench", "--endpoint", "http://127.0.0.1:9", "--model", "m", "--tokenizer", str(tmp_path)]):  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if k != ep.API_KEY_ENV}
+        env = {k: v for k, v in os.environ.items() if k != unit_flags.API_KEY_ENV}
         if env_key is not None:
-            env[ep.API_KEY_ENV] = env_key
+            env[unit_flags.API_KEY_ENV] = env_key
         done = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", *command, *extra], capture_output=True, text=True,
                               timeout=120, check=False, cwd=ROOT, env=env)  # fmt: skip
         out = done.stdout + done.stderr

@@ -1,4 +1,4 @@
-"""The endpoint client over TLS (module_utils/sglang_deploy_host/endpoint.py): against a real TLS server on
+"""The endpoint client over TLS (module_utils/sglang_deploy_host/serving/endpoint.py): against a real TLS server on
 127.0.0.1 with a certificate from a CA made here (tests/tls_certs.py), the chain and the name are always
 verified; the readiness gate, bench and the watchdog hand the CA on; plain flags stay plain HTTP."""
 
@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy_host import bench, endpoint, watchdog
+from sglang_deploy_host.serving import bench_steps, endpoint, unit_flags
+from sglang_deploy_host.watch import model as watch_model
+from sglang_deploy_host.watch import observe as watch_observe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tls_certs import TestCA, write  # noqa: E402
@@ -106,18 +108,18 @@ def test_the_readiness_gate_verifies_with_the_ca(https_server: tuple[str, Path])
 
 def test_flags_with_ssl_certfile_mean_https_and_the_hosts_ca() -> None:
     flags = {"host": "0.0.0.0", "port": "8000", "ssl-certfile": "/etc/ssl/sglang/server.crt", "ssl-ca-certs": "/etc/ssl/sglang/ca.crt"}
-    assert endpoint.base_url(flags) == "https://127.0.0.1:8000"
-    assert endpoint.host_cafile(flags) == "/etc/ssl/sglang/ca.crt"
-    assert endpoint.base_url({"port": "8000"}) == "http://127.0.0.1:8000" and endpoint.host_cafile({"ssl-ca-certs": "/x"}) == ""
-    settings = bench.settings_from_flags({**flags, "model-path": "/models/glm-5"}, backend="sglang", input_len=1,
+    assert unit_flags.base_url(flags) == "https://127.0.0.1:8000"
+    assert unit_flags.host_cafile(flags) == "/etc/ssl/sglang/ca.crt"
+    assert unit_flags.base_url({"port": "8000"}) == "http://127.0.0.1:8000" and unit_flags.host_cafile({"ssl-ca-certs": "/x"}) == ""
+    settings = bench_steps.settings_from_flags({**flags, "model-path": "/models/glm-5"}, backend="sglang", input_len=1,
                                          output_len=1, seed=1, timeout_s=10)  # fmt: skip
     assert (settings.base_url, settings.cafile) == ("https://127.0.0.1:8000", "/etc/ssl/sglang/ca.crt")
 
 
 def test_bench_serving_trusts_the_servers_ca_through_its_environment() -> None:
-    env = bench.child_env({"PATH": "/usr/bin"}, "", "/etc/ssl/sglang/ca.crt")
+    env = bench_steps.child_env({"PATH": "/usr/bin"}, "", "/etc/ssl/sglang/ca.crt")
     assert env["SSL_CERT_FILE"] == env["REQUESTS_CA_BUNDLE"] == "/etc/ssl/sglang/ca.crt"
-    assert "SSL_CERT_FILE" not in bench.child_env({"PATH": "/usr/bin"}, "")
+    assert "SSL_CERT_FILE" not in bench_steps.child_env({"PATH": "/usr/bin"}, "")
 
 
 def test_the_watchdog_reads_metrics_only_from_a_verified_server(https_server: tuple[str, Path], tmp_path: Path) -> None:
@@ -125,12 +127,12 @@ def test_the_watchdog_reads_metrics_only_from_a_verified_server(https_server: tu
     server is not trusted, so nothing is read (an empty Progress, as for a server without metrics)."""
     url, cafile = https_server
 
-    def config(ca: str) -> watchdog.Config:
-        return watchdog.Config(
+    def config(ca: str) -> watch_model.Config:
+        return watch_model.Config(
             unit="sglang.service", url=url, env_file=None, api_key_env=None, expected_gpus=0,
             state_file=str(tmp_path / "state.json"), failures=1, backoff_initial_s=1, backoff_max_s=1, timeout_s=5,
             start_grace_s=0, stable_s=60, max_restarts_per_hour=1, service_user="root", cafile=ca,
         )  # fmt: skip
 
-    assert watchdog.progress(config(str(cafile))).running == 3
-    assert watchdog.progress(config("")) == watchdog.Progress()
+    assert watch_observe.progress(config(str(cafile))).running == 3
+    assert watch_observe.progress(config("")) == watch_model.Progress()

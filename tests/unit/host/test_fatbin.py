@@ -23,11 +23,11 @@ import pytest
 from conftest import ROOT
 
 from sglang_deploy import cli
-from sglang_deploy_host import fatbin
+from sglang_deploy_host.gpu import fatbin
 
 FIXTURES = ROOT / "tests" / "fixtures" / "fatbin"
 BUILD = FIXTURES / "build.sh"
-SCRIPT = ROOT / "module_utils" / "sglang_deploy_host" / "fatbin.py"
+SCRIPT = ROOT / "module_utils" / "sglang_deploy_host" / "gpu" / "fatbin.py"
 NVCC = Path(os.environ.get("NVCC", "/usr/local/cuda-13.0/bin/nvcc"))
 
 # What build.sh asks nvcc for, per fixture: (cubin targets, PTX targets).

@@ -1,4 +1,4 @@
-"""The correctness gate (sglang_deploy_host/gate.py) judges the whole answer: recorded real answers replayed
+"""The correctness gate (sglang_deploy_host/serving/gate.py) judges the whole answer: recorded real answers replayed
 through it (tests/fixtures/gate/recorded-answers.json: the trained tiny Llama's pass, the untrained one's
 fail), degenerate, run-on and fluent-wrong answers refused with a reason each, the degenerate measure on
 real text, the probes file, the long-context and multi-step probes, and the stand-in's degenerate modes."""
@@ -13,8 +13,8 @@ import pytest
 from conftest import ROOT
 from conftest import StandinProcess as Standin
 
-from sglang_deploy_host import endpoint as ep
-from sglang_deploy_host import gate
+from sglang_deploy_host.serving import endpoint as ep
+from sglang_deploy_host.serving import gate
 
 RECORDED = json.loads((ROOT / "tests" / "fixtures" / "gate" / "recorded-answers.json").read_text(encoding="utf-8"))
 PROBES = {probe.name: probe for probe in gate.load_probes()}
@@ -105,7 +105,7 @@ def test_the_degenerate_measure_on_real_text() -> None:
     loops = [next(r["answer"] for r in RECORDED["untrained"] if r["whole"]), "Paris " * 400, "abc" * 300]
     real = [
         (ROOT / "docs" / "seeds.md").read_text()[:3000],
-        (ROOT / "module_utils" / "sglang_deploy_host" / "gate.py").read_text()[4000:6000],
+        (ROOT / "module_utils" / "sglang_deploy_host" / "serving" / "gate.py").read_text()[4000:6000],
         "\n".join(f"{i}. Item number {i} of the list is here." for i in range(1, 30)),
     ]
     assert all(gate.compression_ratio(text) < 0.06 for text in loops), [gate.compression_ratio(t) for t in loops]

@@ -1,4 +1,4 @@
-"""The correctness gate judges each answer as the answer to its own question (sglang_deploy_host/gate.py, issue 42):
+"""The correctness gate judges each answer as the answer to its own question (sglang_deploy_host/serving/gate.py, issue 42):
 numeric answers pinned on both sides (near misses of every kind fail, the right number written every way passes),
 a conflicting answer beside the right one fails, the same answer to different questions fails, an answer that holds
 another probe's answer fails - and a server that answers one constant string holding every right answer, which passed
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from conftest import StandinProcess as Standin
 
-from sglang_deploy_host import endpoint as ep
-from sglang_deploy_host import gate
+from sglang_deploy_host.serving import endpoint as ep
+from sglang_deploy_host.serving import gate
 
 PROBES = {probe.name: probe for probe in gate.load_probes()}
 CONSTANT = "Paris 42 91 50 4817 def add(a, b): return a + b"

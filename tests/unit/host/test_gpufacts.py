@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from sglang_deploy_host import gpufacts
+from sglang_deploy_host.gpu import gpufacts
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 STANDIN = ROOT / "tests" / "standin" / "nvidia-smi"
-SCRIPT = ROOT / "module_utils" / "sglang_deploy_host" / "gpufacts.py"
+SCRIPT = ROOT / "module_utils" / "sglang_deploy_host" / "gpu" / "gpufacts.py"
 ALL_FIXTURES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 
 

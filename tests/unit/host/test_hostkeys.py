@@ -1,4 +1,4 @@
-"""module_utils/sglang_deploy_host/hostkeys.py on plain data: what counts as an SSH host public key (and
+"""module_utils/sglang_deploy_pve/hostkeys.py on plain data: what counts as an SSH host public key (and
 what is refused before it could reach known_hosts), its fingerprint as ssh-keygen prints it, and which
 known_hosts lines are a name's. The role end to end (agent -> known_hosts) is in test_proxmox_vm_create.py and test_proxmox_vm_refusals.py."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy_host import hostkeys
+from sglang_deploy_pve import hostkeys
 
 # Made by ssh-keygen (OpenSSH 9.2); the fingerprints and sizes are what ssh-keygen -lf printed for them.
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIARYx9Qe9VCGOEWtIE8jmTZ7mSRLq/Nbc8GhlHBkDDAa root@glm5-01"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy_host import sglang_launcher
-from sglang_deploy_host.sglang_launcher import MASK, Masker
+from sglang_deploy_host.serving import sglang_launcher
+from sglang_deploy_host.serving.sglang_launcher import MASK, Masker
 
 LAUNCHER = Path(sglang_launcher.__file__)
 KEY = "sk-launch-7d2e91c4"

@@ -27,9 +27,8 @@ from typing import Any, Sequence
 import pytest
 from conftest import ROOT
 
-from sglang_deploy.lanes import catalog
-from sglang_deploy.lanes import lock
-from sglang_deploy_host import lockfile, mlenv
+from sglang_deploy.lanes import catalog, lock
+from sglang_deploy_host.stack import lockfile, mlenv
 
 PYTHON = "%d.%d" % sys.version_info[:2]
 BIN = Path(sys.executable).parent

@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from sglang_deploy_host import nccl_check, systemd
+from sglang_deploy_host.gpu import nccl_check
+from sglang_deploy_host.serving import systemd
 from sglang_deploy.launch.config import LaunchConfig
 
 
@@ -34,7 +35,7 @@ def test_bus_bandwidth_matches_nccl_tests(world, busbw):
 
 def test_bad_env_argument_is_rejected():
     proc = subprocess.run(
-        [sys.executable, "-m", "sglang_deploy_host.nccl_check", "--env", "NOEQUALS"],
+        [sys.executable, "-m", "sglang_deploy_host.gpu.nccl_check", "--env", "NOEQUALS"],
         capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2

@@ -1,4 +1,4 @@
-"""The quality check (sglang_deploy_host/quality.py, issue 42) against the stand-in's logprob API
+"""The quality check (sglang_deploy_host/serving/quality.py, issue 42) against the stand-in's logprob API
 (tests/standin/sglang_server_standin.py: a small language model answering sglang's /tokenize and /generate with
 return_logprob, shapes from sglang 0.5.17): a reference recorded on the faithful server passes that server again,
 and fails a constant one, a drifted one and one that races under concurrency, each with its reason; a server
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from conftest import StandinProcess as Standin
 
-from sglang_deploy_host import endpoint as ep
-from sglang_deploy_host import quality
+from sglang_deploy_host.serving import endpoint as ep
+from sglang_deploy_host.serving import quality, quality_reference
 
 KEY = "quality-test-key-0123456789"
 MODEL = "glm-5"
@@ -33,7 +33,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The shipped prompt set recorded on the faithful stand-in."""
     server = _server(tmp_path_factory.mktemp("reference"))
     try:
-        return quality.record(ep.Endpoint(server.url, api_key=KEY), MODEL, quality.load_prompt_set())
+        return quality.record(ep.Endpoint(server.url, api_key=KEY), MODEL, quality_reference.load_prompt_set())
     finally:
         server.stop()
 
@@ -41,7 +41,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def check(tmp_path: Path, data: dict[str, Any], mode: str = "ok", model: str = MODEL, **thresholds: float) -> quality.Verdict:
     server = _server(tmp_path, mode, model)
     try:
-        reference = quality.parse_reference(data, "ref.json")
+        reference = quality_reference.parse_reference(data, "ref.json")
         limits = reference.thresholds.merged(thresholds, "test") if thresholds else None
         return quality.check(ep.Endpoint(server.url, api_key=KEY), reference, limits)
     finally:
@@ -50,7 +50,7 @@ def check(tmp_path: Path, data: dict[str, Any], mode: str = "ok", model: str = M
 
 # -- the reference ------------------------------------------------------------------------------------------
 def test_the_reference_holds_the_set_its_ids_and_every_position(reference: dict[str, Any]) -> None:
-    assert reference["format"] == quality.FORMAT and reference["served_model"] == MODEL
+    assert reference["format"] == quality_reference.FORMAT and reference["served_model"] == MODEL
     assert reference["prompt_set"] == {"name": "sglang-deploy-default", "version": 1, "top_k": 20, "generate_tokens": 48,
                                        "concurrency": 8, "copies": 3}  # fmt: skip
     prompts = {p["name"]: p for p in reference["prompts"]}
@@ -68,12 +68,12 @@ def test_the_reference_holds_the_set_its_ids_and_every_position(reference: dict[
 
 
 def test_a_reference_needs_its_long_prompt_long_enough(tmp_path: Path) -> None:
-    data = quality.prompt_set_data()
+    data = quality_reference.prompt_set_data()
     data["prompts"][-1]["context"]["filler_chars"] = 2000
     server = _server(tmp_path)
     try:
         with pytest.raises(quality.NoVerdictError, match=r"prompt long-context: [\d,]+ tokens with this tokenizer, fewer than the set's min_prompt_tokens 8,192"):
-            quality.record(ep.Endpoint(server.url, api_key=KEY), MODEL, quality.parse_prompt_set(data, "set.yml"))
+            quality.record(ep.Endpoint(server.url, api_key=KEY), MODEL, quality_reference.parse_prompt_set(data, "set.yml"))
     finally:
         server.stop()
 
@@ -134,13 +134,13 @@ def test_a_reference_not_consistent_with_itself_is_refused(tmp_path: Path) -> No
     server = _server(tmp_path, "batch-race")
     try:
         with pytest.raises(quality.NoVerdictError, match="this launch is not consistent with itself: request 1"):
-            quality.record(ep.Endpoint(server.url, api_key=KEY), MODEL, quality.load_prompt_set())
+            quality.record(ep.Endpoint(server.url, api_key=KEY), MODEL, quality_reference.load_prompt_set())
     finally:
         server.stop()
 
 
 # -- the figures ------------------------------------------------------------------------------------------------
-def top(*pairs: tuple[float, int]) -> quality.TopK:
+def top(*pairs: tuple[float, int]) -> quality_reference.TopK:
     return [(math.log(p), token) for p, token in pairs]
 
 
@@ -160,7 +160,7 @@ def test_a_token_the_server_ranks_below_its_top_k_counts_with_its_last_probabili
 
 
 def test_the_tie_margin_is_pinned_at_its_edge() -> None:
-    expected = quality.Greedy([1, 2, 3], [top((0.5, 1), (0.3, 9)), top((0.6, 2), (0.3, 9)), top((0.9, 3), (0.1, 9))])
+    expected = quality_reference.Greedy([1, 2, 3], [top((0.5, 1), (0.3, 9)), top((0.6, 2), (0.3, 9)), top((0.9, 3), (0.1, 9))])
     margin = math.log(0.6) - math.log(0.3)
     at_edge = quality.parting("p", expected, [1, 9, 3], margin)
     assert at_edge is not None and at_edge.position == 1 and at_edge.tie
@@ -190,11 +190,11 @@ def test_the_percentile_is_the_nearest_rank() -> None:
     ],
 )  # fmt: skip
 def test_thresholds_are_checked(data: Any, message: str) -> None:
-    with pytest.raises(quality.QualityInputError, match=message):
-        quality.Thresholds.from_data(data, "where")
+    with pytest.raises(quality_reference.QualityInputError, match=message):
+        quality_reference.Thresholds.from_data(data, "where")
     if isinstance(data, dict):
-        with pytest.raises(quality.QualityInputError, match=message):
-            quality.Thresholds().merged(data, "where")
+        with pytest.raises(quality_reference.QualityInputError, match=message):
+            quality_reference.Thresholds().merged(data, "where")
 
 
 # -- malformed input --------------------------------------------------------------------------------------------
@@ -231,24 +231,24 @@ def _broken(reference: dict[str, Any], change: Any) -> dict[str, Any]:
     ],
 )  # fmt: skip
 def test_a_malformed_reference_is_refused_naming_the_entry(reference: dict[str, Any], change: Any, message: str) -> None:
-    with pytest.raises(quality.QualityInputError, match=message):
-        quality.parse_reference(_broken(reference, change), "ref.json")
+    with pytest.raises(quality_reference.QualityInputError, match=message):
+        quality_reference.parse_reference(_broken(reference, change), "ref.json")
 
 
 def test_a_reference_file_is_read_bounded_and_whole(tmp_path: Path) -> None:
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000)
-    with pytest.raises(quality.QualityInputError, match="deep.json: not JSON"):
-        quality.load_reference(deep)
-    with pytest.raises(quality.QualityInputError, match="cannot read it \\(No such file or directory\\)"):
-        quality.load_reference(tmp_path / "missing.json")
-    with pytest.raises(quality.QualityInputError, match="a directory"):
-        quality.load_reference(tmp_path)
+    with pytest.raises(quality_reference.QualityInputError, match="deep.json: not JSON"):
+        quality_reference.load_reference(deep)
+    with pytest.raises(quality_reference.QualityInputError, match="cannot read it \\(No such file or directory\\)"):
+        quality_reference.load_reference(tmp_path / "missing.json")
+    with pytest.raises(quality_reference.QualityInputError, match="a directory"):
+        quality_reference.load_reference(tmp_path)
     big = tmp_path / "big.json"
     with big.open("wb") as handle:
-        handle.truncate(quality.MAX_REFERENCE_BYTES + 1)
-    with pytest.raises(quality.QualityInputError, match="more than the 33,554,432 this reads"):
-        quality.load_reference(big)
+        handle.truncate(quality_reference.MAX_REFERENCE_BYTES + 1)
+    with pytest.raises(quality_reference.QualityInputError, match="more than the 33,554,432 this reads"):
+        quality_reference.load_reference(big)
 
 
 @pytest.mark.parametrize(
@@ -267,14 +267,14 @@ def test_a_reference_file_is_read_bounded_and_whole(tmp_path: Path) -> None:
     ],
 )  # fmt: skip
 def test_a_malformed_prompt_set_is_refused_naming_the_entry(change: Any, message: str) -> None:
-    data = quality.prompt_set_data()
+    data = quality_reference.prompt_set_data()
     change(data)
-    with pytest.raises(quality.QualityInputError, match=message):
-        quality.parse_prompt_set(data, "set.yml")
+    with pytest.raises(quality_reference.QualityInputError, match=message):
+        quality_reference.parse_prompt_set(data, "set.yml")
 
 
 def test_the_shipped_prompt_set_has_facts_arithmetic_code_and_a_long_prompt() -> None:
-    shipped = quality.load_prompt_set()
+    shipped = quality_reference.load_prompt_set()
     assert (shipped.name, shipped.version, shipped.concurrency * 1, shipped.copies) == ("sglang-deploy-default", 1, 8, 3)
     assert len(shipped.prompts) * shipped.copies >= 2 * shipped.concurrency  # at least two full batches at c8
     long = [p for p in shipped.prompts if p.min_prompt_tokens >= 8192]
@@ -284,4 +284,4 @@ def test_the_shipped_prompt_set_has_facts_arithmetic_code_and_a_long_prompt() ->
 def test_a_references_launch_keeps_only_known_printable_fields(reference: dict[str, Any]) -> None:
     data = copy.deepcopy(reference)
     data["launch"] = {"kv_cache_dtype": "bf16\x1b[31m", "attention_backend": "triton", "api_key": "a-key", "x": 1}
-    assert quality.parse_reference(data, "ref.json").launch == {"attention_backend": "triton"}
+    assert quality_reference.parse_reference(data, "ref.json").launch == {"attention_backend": "triton"}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from sglang_deploy_host import quality
+from sglang_deploy_host.serving import quality, quality_reference
 
 EVIDENCE = ROOT / "tests" / "fixtures" / "real-sglang" / "h100-quality-mtp-2026-12-06"
 CALLS = sorted(EVIDENCE.glob("call-*"))
@@ -54,17 +54,17 @@ def test_the_evidence_has_every_launch_and_every_call_ran_on_a_real_gpu() -> Non
 
 @pytest.mark.parametrize(("name", "launch"), launches(), ids=[name for name, _ in launches()])
 def test_the_shipped_thresholds_judge_each_recorded_launch_as_expected(name: str, launch: dict) -> None:
-    reasons = quality.judge(figures(launch), quality.Thresholds())
+    reasons = quality.judge(figures(launch), quality_reference.Thresholds())
     verdict = "FAIL" if reasons else "PASS"
     assert verdict == EXPECTED[launch["name"]], (name, reasons, launch)
     # Judged again under the thresholds it ran with, the same figures give the verdict it recorded.
-    recorded = quality.Thresholds.from_data(launch["threshold"], name)
+    recorded = quality_reference.Thresholds.from_data(launch["threshold"], name)
     assert ("FAIL" if quality.judge(figures(launch), recorded) else "PASS") == launch["verdict"], name
 
 
 def test_the_third_call_ran_with_the_shipped_thresholds() -> None:
     (launch,) = json.loads((EVIDENCE / "call-3" / "quality-evidence.json").read_text())["launches"]
-    assert launch["threshold"] == quality.asdict(quality.Thresholds())
+    assert launch["threshold"] == quality.asdict(quality_reference.Thresholds())
     assert launch["name"] == "q-kv-fp8-e5m2" and launch["verdict"] == "FAIL"
     # Its p99, and a greedy output that left the reference where the reference was sure (margin 1.25 nats).
     assert launch["reasons"] == [
@@ -79,7 +79,7 @@ def test_the_margins_between_the_launches_are_the_documented_ones() -> None:
     by_name: dict[str, list[dict]] = {}
     for _, launch in launches():
         by_name.setdefault(launch["name"], []).append(launch)
-    limits = quality.Thresholds()
+    limits = quality_reference.Thresholds()
     healthy = [l for n in ("mtp-trained", "mtp-nodraft", "q-restart") for l in by_name[n]]
     assert max(l["kl_mean"] for l in healthy) < limits.kl_mean / 100 and max(l["kl_p99"] for l in healthy) < limits.kl_p99 / 100
     assert max(l["kl_p99"] for l in by_name["q-kv-fp8-e4m3"]) < limits.kl_p99
@@ -89,8 +89,8 @@ def test_the_margins_between_the_launches_are_the_documented_ones() -> None:
 
 @pytest.mark.parametrize("call", CALLS, ids=lambda c: c.name)
 def test_every_recorded_reference_still_reads(call: Path) -> None:
-    reference = quality.load_reference(call / "quality-reference.json")
+    reference = quality_reference.load_reference(call / "quality-reference.json")
     assert reference.served_model == "tiny-mtp" and reference.launch["kv_cache_dtype"] == "bfloat16"
     assert [p.name for p in reference.prompts][-1] == "long-context" and len(reference.prompts[-1].prompt_ids) == 8300
-    prompts = quality.load_prompt_set(EVIDENCE / "quality-prompts.yml")
+    prompts = quality_reference.load_prompt_set(EVIDENCE / "quality-prompts.yml")
     assert [p.prompt for p in reference.prompts] == [p.prompt for p in prompts.prompts]

@@ -1,4 +1,4 @@
-"""scripts/device/run_unit.py and the unit readers it uses (sglang_deploy_host.systemd): a rendered
+"""scripts/device/run_unit.py and the unit readers it uses (sglang_deploy_host.serving.systemd): a rendered
 unit's ExecStartPre=, ExecStart= and environment, as systemd would run them, where there is no systemd."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy_host import systemd
+from sglang_deploy_host.serving import systemd
 
 ROOT = Path(__file__).resolve().parents[3]
 

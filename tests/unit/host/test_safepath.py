@@ -1,5 +1,5 @@
 """Root manages a directory only through directories and links root alone controls
-(module_utils/sglang_deploy_host/safepath.py, the module sglang_directory).
+(module_utils/sglang_deploy_host/fs/safepath.py, the module sglang_directory).
 
 The attack these stop: the service user owns a directory root manages things in; between two runs it
 replaces an entry with a link to a system directory, and root's next chown/chmod lands there. The tests
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from sglang_deploy_host import safepath
+from sglang_deploy_host.fs import safepath
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root: run as root")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_deploy_host import systemd
+from sglang_deploy_host.serving import systemd
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,9 @@ from conftest import ROOT
 from conftest import StandinProcess as Standin
 
 from sglang_deploy_host import watchdog as wd
-from sglang_deploy_host.systemd import env_file_line
+from sglang_deploy_host.watch import model as watch_model
+from sglang_deploy_host.watch import observe as watch_observe
+from sglang_deploy_host.serving.systemd import env_file_line
 
 KEY = "watchdog-test-key"
 # The settings the unit passes (the role's defaults), for the tests that run the program itself.
@@ -32,32 +34,32 @@ XID_79 = "NVRM: Xid (PCI:0000:06:00): 79, pid='<unknown>', name=<unknown>, GPU h
 XID_13 = "NVRM: Xid (PCI:0000:01:00): 13, pid=4242, name=python3, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)"
 
 
-def config(tmp_path: Path, **changes: object) -> wd.Config:
+def config(tmp_path: Path, **changes: object) -> watch_model.Config:
     values: dict = dict(unit="sglang.service", url="http://127.0.0.1:9", env_file=None, api_key_env=None,
                         expected_gpus=8, state_file=str(tmp_path / "state.json"), failures=3,
                         backoff_initial_s=300.0, backoff_max_s=1000.0, timeout_s=5.0, start_grace_s=600.0,
                         stable_s=3600.0, max_restarts_per_hour=3, service_user="root")  # fmt: skip
     values.update(changes)
-    return wd.Config(**values)  # type: ignore[arg-type]
+    return watch_model.Config(**values)  # type: ignore[arg-type]
 
 
-ACTIVE = wd.UnitState("active", "running", "inv-1", active_since=0.0)
-GOOD = wd.Generation(True, "POST /generate: 4 token(s) in 0.1s")
-HUNG = wd.Generation(False, "POST http://127.0.0.1:9/generate: no complete answer within 5 s")
+ACTIVE = watch_model.UnitState("active", "running", "inv-1", active_since=0.0)
+GOOD = watch_model.Generation(True, "POST /generate: 4 token(s) in 0.1s")
+HUNG = watch_model.Generation(False, "POST http://127.0.0.1:9/generate: no complete answer within 5 s")
 
 
-def seen(generation: wd.Generation | None = GOOD, unit: wd.UnitState = ACTIVE, problems: list[str] | None = None,
-         xids: list[str] | None = None) -> wd.Observation:  # fmt: skip
-    return wd.Observation(unit, problems or [], "8 of 8 expected GPUs usable", xids or [], generation)
+def seen(generation: watch_model.Generation | None = GOOD, unit: watch_model.UnitState = ACTIVE, problems: list[str] | None = None,
+         xids: list[str] | None = None) -> watch_model.Observation:  # fmt: skip
+    return watch_model.Observation(unit, problems or [], "8 of 8 expected GPUs usable", xids or [], generation)
 
 
 class Ticks:
     """Feeds observations through decide() as the timer would, one tick every ``interval`` s."""
 
-    def __init__(self, cfg: wd.Config, interval: float = 60.0, mono: float = 10_000.0) -> None:
-        self.cfg, self.state, self.now, self.mono, self.interval = cfg, wd.State(), 1_000_000.0, mono, interval
+    def __init__(self, cfg: watch_model.Config, interval: float = 60.0, mono: float = 10_000.0) -> None:
+        self.cfg, self.state, self.now, self.mono, self.interval = cfg, watch_model.State(), 1_000_000.0, mono, interval
 
-    def tick(self, observation: wd.Observation) -> wd.Decision:
+    def tick(self, observation: watch_model.Observation) -> watch_model.Decision:
         self.now += self.interval
         self.mono += self.interval
         decision = wd.decide(self.cfg, self.state, observation, self.now, self.mono)
@@ -65,7 +67,7 @@ class Ticks:
         return decision
 
 
-def words(decision: wd.Decision) -> list[str]:
+def words(decision: watch_model.Decision) -> list[str]:
     return [text.split(":", 2)[1].strip() for _priority, text in decision.lines]
 
 
@@ -92,7 +94,7 @@ def test_n_failures_in_a_row_restart_once_then_back_off_doubling_to_the_cap(tmp_
     assert "1 of 3 this hour" in restart
     # The restarted server generated once (so its failures count at once), then hangs again: 3 more
     # failures end 240 s after the restart, inside the 300 s back-off: held; restarted at 300 s.
-    new_run = wd.UnitState("active", "running", "inv-2", active_since=ticks.mono)
+    new_run = watch_model.UnitState("active", "running", "inv-2", active_since=ticks.mono)
     ticks.tick(seen(GOOD, new_run))
     assert ticks.state.restarts == 1, "one generation after a restart does not start the back-off over (flapping)"
     ticks.state.restarts, ticks.state.last_restart = 1, ticks.now - 60  # as if it had not generated
@@ -111,17 +113,17 @@ def test_the_back_off_holds_a_restart_until_the_second_it_ends_and_no_longer(tmp
     cfg = config(tmp_path, failures=2)
     wait = wd.backoff_s(cfg, restarts)
     for since, restarted in ((wait - 1, False), (wait, True)):
-        state = wd.State(restarts=restarts, last_restart=1_000_000.0 - since, failures=1, generated_invocation="inv-1")
+        state = watch_model.State(restarts=restarts, last_restart=1_000_000.0 - since, failures=1, generated_invocation="inv-1")
         decision = wd.decide(cfg, state, seen(HUNG), 1_000_000.0, 50_000.0)
         assert decision.restart is restarted, (restarts, since)
         assert words(decision) == (["RESTART"] if restarted else ["RESTART HELD"])
-    fewer = wd.decide(cfg, wd.State(failures=0, generated_invocation="inv-1"), seen(HUNG), 1_000_000.0, 50_000.0)
+    fewer = wd.decide(cfg, watch_model.State(failures=0, generated_invocation="inv-1"), seen(HUNG), 1_000_000.0, 50_000.0)
     assert not fewer.restart and words(fewer) == ["CHECK FAILED"] and fewer.state.failures == 1
 
 
 def test_a_server_that_has_not_generated_since_its_start_gets_its_grace(tmp_path: Path) -> None:
     ticks = Ticks(config(tmp_path, start_grace_s=600.0), mono=0.0)
-    loading = wd.UnitState("active", "running", "inv-9", active_since=0.0)
+    loading = watch_model.UnitState("active", "running", "inv-9", active_since=0.0)
     decisions = [ticks.tick(seen(HUNG, loading)) for _ in range(9)]  # 60..540 s after its start
     assert words(decisions[0]) == ["WAITING"] and all(d.lines == [] for d in decisions[1:])
     assert not any(d.restart for d in decisions) and ticks.state.failures == 0
@@ -151,14 +153,14 @@ def test_xid_lines_are_reported_and_those_that_need_a_reset_stop_restarts(tmp_pa
     hard = ticks.tick(seen(None, xids=[XID_79, XID_79]))
     assert words(hard) == ["GPU XID", "GPU PROBLEM"] and not hard.restart
     assert "Xid 79 on 0000:06:00: the GPU needs a reset" in hard.lines[1][1]
-    assert wd.xid_codes([XID_79, XID_13, XID_79]) == [("0000:06:00", 79), ("0000:01:00", 13)]
+    assert watch_observe.xid_codes([XID_79, XID_13, XID_79]) == [("0000:06:00", 79), ("0000:01:00", 13)]
 
 
 def test_an_idle_unit_or_a_refused_key_is_not_restarted(tmp_path: Path) -> None:
     ticks = Ticks(config(tmp_path))
-    idle = [ticks.tick(seen(None, wd.UnitState("failed", "failed"))) for _ in range(3)]
+    idle = [ticks.tick(seen(None, watch_model.UnitState("failed", "failed"))) for _ in range(3)]
     assert words(idle[0]) == ["IDLE"] and idle[1].lines == [] and not any(d.restart for d in idle)
-    refused = wd.Generation(False, "POST /generate: HTTP 401: the server refuses the API key", refused=True)
+    refused = watch_model.Generation(False, "POST /generate: HTTP 401: the server refuses the API key", refused=True)
     decisions = [ticks.tick(seen(refused)) for _ in range(5)]
     assert all(words(d) == ["REFUSED"] and not d.restart for d in decisions)
 
@@ -179,15 +181,15 @@ def test_generation_needs_a_real_token_within_the_deadline(tmp_path: Path) -> No
     servers = {mode: _standin(tmp_path, mode, "--standin-mode", mode) for mode in ("ok", "empty", "stall")}
     try:
         cfg = {mode: config(tmp_path, url=s.url, timeout_s=2.0) for mode, s in servers.items()}
-        ok = wd.generate(cfg["ok"], KEY)
+        ok = watch_observe.generate(cfg["ok"], KEY)
         assert ok.ok and "4 token(s)" in ok.what
-        empty = wd.generate(cfg["empty"], KEY)
+        empty = watch_observe.generate(cfg["empty"], KEY)
         assert not empty.ok and not empty.refused and "no token generated (completion_tokens=0)" in empty.what
         started = time.monotonic()
-        stalled = wd.generate(cfg["stall"], KEY)
+        stalled = watch_observe.generate(cfg["stall"], KEY)
         assert not stalled.ok and not stalled.refused and "no complete answer within 2 s" in stalled.what
         assert time.monotonic() - started < 5
-        wrong = wd.generate(cfg["ok"], "another-key")
+        wrong = watch_observe.generate(cfg["ok"], "another-key")
         assert not wrong.ok and wrong.refused and "HTTP 401" in wrong.what and "another-key" not in wrong.what
     finally:
         for server in servers.values():
@@ -201,16 +203,16 @@ def test_the_stand_in_flips_into_a_mode_while_it_runs_and_a_restart_clears_it(tm
     before = _standin(tmp_path, "before", "--standin-mode-file", str(mode_file))
     try:
         cfg = config(tmp_path, url=before.url, timeout_s=2.0)
-        assert wd.generate(cfg, KEY).ok
+        assert watch_observe.generate(cfg, KEY).ok
         mode_file.write_text("stall\n")
-        assert not wd.generate(cfg, KEY).ok
-        from sglang_deploy_host import endpoint
+        assert not watch_observe.generate(cfg, KEY).ok
+        from sglang_deploy_host.serving import endpoint
 
         assert endpoint.Endpoint(before.url).get("/health_generate").status == 200
         time.sleep(0.05)
         after = _standin(tmp_path, "after", "--standin-mode-file", str(mode_file))
         try:
-            assert wd.generate(config(tmp_path, url=after.url, timeout_s=2.0), KEY).ok
+            assert watch_observe.generate(config(tmp_path, url=after.url, timeout_s=2.0), KEY).ok
         finally:
             after.stop()
     finally:
@@ -231,7 +233,7 @@ def test_gpu_check_reads_nvidia_smi_as_preflight_does(
 ) -> None:
     monkeypatch.setenv("NVIDIA_SMI_FIXTURE_DIR", str(FIXTURES / fixture))
     monkeypatch.setenv("NVIDIA_SMI_STANDIN_LOG", str(tmp_path / "calls.log"))
-    problems, summary = wd.gpu_check(config(tmp_path, nvidia_smi=str(NVIDIA_SMI), expected_gpus=expected, visible_devices=visible))
+    problems, summary = watch_observe.gpu_check(config(tmp_path, nvidia_smi=str(NVIDIA_SMI), expected_gpus=expected, visible_devices=visible))
     if problem is None:
         assert problems == [] and summary == f"{expected} of {expected} expected GPUs usable"
     else:
@@ -242,7 +244,7 @@ def test_gpu_check_reads_nvidia_smi_as_preflight_does(
 
 
 def test_no_nvidia_smi_is_a_gpu_problem(tmp_path: Path) -> None:
-    problems, _ = wd.gpu_check(config(tmp_path, nvidia_smi=str(tmp_path / "none" / "nvidia-smi")))
+    problems, _ = watch_observe.gpu_check(config(tmp_path, nvidia_smi=str(tmp_path / "none" / "nvidia-smi")))
     assert any("is not there" in p for p in problems) and problems[0].startswith("0 usable GPU(s)")
 
 
@@ -288,10 +290,10 @@ def test_a_state_file_that_is_not_state_starts_afresh(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     path.write_text("{not json")
     state, why = wd.load_state(str(path))
-    assert state == wd.State() and "unreadable" in why
-    wd.save_state(str(path), wd.State(failures=2))
-    assert wd.load_state(str(path)) == (wd.State(failures=2), None)
-    assert wd.load_state(str(tmp_path / "none.json")) == (wd.State(), None)
+    assert state == watch_model.State() and "unreadable" in why
+    wd.save_state(str(path), watch_model.State(failures=2))
+    assert wd.load_state(str(path)) == (watch_model.State(failures=2), None)
+    assert wd.load_state(str(tmp_path / "none.json")) == (watch_model.State(), None)
 
 
 def test_the_program_runs_from_the_files_the_role_installs(tmp_path: Path) -> None:
@@ -302,10 +304,14 @@ def test_the_program_runs_from_the_files_the_role_installs(tmp_path: Path) -> No
     package = tmp_path / "sglang_deploy_host"
     package.mkdir()
     for name in interp.package_closure("watchdog"):
-        (package / f"{name}.py").write_bytes(interp.source(name))
-    assert {"watchdog", "endpoint", "gpufacts", "files", "systemd", "sglang_launcher", "__init__"} == {
-        p.stem for p in package.glob("*.py")
-    }
+        path = package.joinpath(*name.split(".")).with_suffix(".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(interp.source(name))
+    assert {
+        "__init__.py", "watchdog.py", "fs/__init__.py", "fs/files.py", "gpu/__init__.py", "gpu/gpufacts.py",
+        "serving/__init__.py", "serving/endpoint.py", "serving/sglang_launcher.py", "serving/systemd.py",
+        "serving/unit_flags.py", "watch/__init__.py", "watch/model.py", "watch/observe.py",
+    } == {str(p.relative_to(package)) for p in package.rglob("*.py")}
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path)}
     helped = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
                              "import runpy; sys.argv = ['w', '--help']; runpy.run_module('sglang_deploy_host.watchdog', run_name='__main__')",
@@ -318,15 +324,15 @@ def test_the_program_runs_from_the_files_the_role_installs(tmp_path: Path) -> No
 
 
 def test_the_watchdog_unit_is_named_after_the_server_unit() -> None:
-    assert wd.unit_name("sglang") == wd.unit_name("sglang.service") == "sglang-watchdog"
+    assert watch_model.unit_name("sglang") == watch_model.unit_name("sglang.service") == "sglang-watchdog"
 
 
 # -- round 4: a flapping server, a bad state, bounds, a squatter, a busy server -----------------------
-def _flap(ticks: Ticks, cycles: int) -> tuple[list[float], list[wd.Decision]]:
+def _flap(ticks: Ticks, cycles: int) -> tuple[list[float], list[watch_model.Decision]]:
     """A server that generates once after each restart, then hangs: one good tick, one failed tick, again."""
     restarts, decisions = [], []
     for n in range(cycles):
-        run = wd.UnitState("active", "running", f"inv-{n}", active_since=ticks.mono)
+        run = watch_model.UnitState("active", "running", f"inv-{n}", active_since=ticks.mono)
         decisions.append(ticks.tick(seen(GOOD, run)))
         decisions.append(ticks.tick(seen(HUNG, run)))
         restarts += [ticks.now] if decisions[-1].restart else []
@@ -352,8 +358,8 @@ def test_past_the_hourly_cap_the_watchdog_gives_up_once_until_the_hour_frees_a_r
     assert line[0] == "crit" and "after 3 restarts in the last hour" in line[1] and "not restarting it again for" in line[1]
     assert "sglang_watchdog_giving_up{unit=\"sglang.service\"} 1" in wd.metrics_text(ticks.cfg, ticks.state, ticks.now)
     # An hour after the first restart the cap frees one again.
-    ticks.now = restarts[0] + wd.HOUR_S
-    again = ticks.tick(seen(HUNG, wd.UnitState("active", "running", "inv-x", active_since=0.0)))
+    ticks.now = restarts[0] + watch_model.HOUR_S
+    again = ticks.tick(seen(HUNG, watch_model.UnitState("active", "running", "inv-x", active_since=0.0)))
     assert again.restart and "3 of 3 this hour" in again.lines[-1][1]
     assert "sglang_watchdog_restarts_total{unit=\"sglang.service\"} 4" in wd.metrics_text(ticks.cfg, again.state, ticks.now)
 
@@ -379,14 +385,14 @@ def test_a_bad_state_starts_afresh_with_one_line_and_is_written_over(tmp_path: P
     else:
         path.write_text(content)
     state, afresh = wd.load_state(str(path))
-    assert state == wd.State() and afresh and why in afresh, afresh
-    wd.save_state(str(path), wd.State(failures=1))
-    assert wd.load_state(str(path)) == (wd.State(failures=1), None)
+    assert state == watch_model.State() and afresh and why in afresh, afresh
+    wd.save_state(str(path), watch_model.State(failures=1))
+    assert wd.load_state(str(path)) == (watch_model.State(failures=1), None)
 
 
 def test_a_clock_set_back_does_not_hold_restarts_for_the_size_of_the_step(tmp_path: Path) -> None:
     cfg = config(tmp_path, failures=1)
-    state = wd.State(restarts=1, last_restart=1_000_000.0 + 86_400, restart_times=[1_000_000.0 + 86_400],
+    state = watch_model.State(restarts=1, last_restart=1_000_000.0 + 86_400, restart_times=[1_000_000.0 + 86_400],
                      generated_invocation="inv-1")  # fmt: skip
     decision = wd.decide(cfg, state, seen(HUNG), 1_000_000.0, 50_000.0)
     assert words(decision)[:2] == ["CLOCK", "RESTART HELD"]
@@ -433,7 +439,7 @@ def test_a_squatter_on_the_port_never_receives_the_key(tmp_path: Path, capsys: p
     that is not the service user's, sends nothing, says PORT TAKEN naming the owner, restarts nothing."""
     squatter, port, received = _squatter(tmp_path, 65534)
     try:
-        assert wd.listeners("127.0.0.1", port) == [("127.0.0.1", 65534)]
+        assert watch_observe.listeners("127.0.0.1", port) == [("127.0.0.1", 65534)]
         cfg = config(tmp_path, url=f"http://127.0.0.1:{port}", env_file=_env_file(tmp_path), api_key_env="SGLANG_API_KEY",
                      nvidia_smi=str(NVIDIA_SMI), systemctl=str(_fake_systemctl(tmp_path)), journalctl="true",
                      failures=1, start_grace_s=0.0, service_user="root")  # fmt: skip
@@ -448,7 +454,7 @@ def test_a_squatter_on_the_port_never_receives_the_key(tmp_path: Path, capsys: p
         assert not received.exists(), "the squatter received a request"
         assert not (tmp_path / "systemctl.calls").exists(), "nothing restarted"
         # Nothing listening at all (the model still loads): nothing is sent either.
-        assert "nothing listens on 127.0.0.1:1 yet" in wd.generate(config(tmp_path, url="http://127.0.0.1:1"), KEY).what
+        assert "nothing listens on 127.0.0.1:1 yet" in watch_observe.generate(config(tmp_path, url="http://127.0.0.1:1"), KEY).what
     finally:
         squatter.kill()
         squatter.wait()
@@ -465,12 +471,12 @@ V6_MAPPED_LOOPBACK = "0000000000000000FFFF00000100007F"
 
 
 def test_proc_net_addresses_decode_as_the_kernel_writes_them() -> None:
-    assert str(wd._proc_net_address(V4_LOOPBACK)) == "127.0.0.1"
-    assert str(wd._proc_net_address(V4_OTHER)) == "192.0.2.11"
-    assert str(wd._proc_net_address(V4_WILDCARD)) == "0.0.0.0"
-    assert str(wd._proc_net_address(V6_WILDCARD)) == "::"
-    assert str(wd._proc_net_address(V6_LOOPBACK)) == "::1"
-    assert wd._proc_net_address(V6_MAPPED_LOOPBACK) == ipaddress.ip_address("::ffff:127.0.0.1")
+    assert str(watch_observe._proc_net_address(V4_LOOPBACK)) == "127.0.0.1"
+    assert str(watch_observe._proc_net_address(V4_OTHER)) == "192.0.2.11"
+    assert str(watch_observe._proc_net_address(V4_WILDCARD)) == "0.0.0.0"
+    assert str(watch_observe._proc_net_address(V6_WILDCARD)) == "::"
+    assert str(watch_observe._proc_net_address(V6_LOOPBACK)) == "::1"
+    assert watch_observe._proc_net_address(V6_MAPPED_LOOPBACK) == ipaddress.ip_address("::ffff:127.0.0.1")
 
 
 def _kernel_line(port: int) -> str:
@@ -517,8 +523,8 @@ def _proc_net(tmp_path: Path, port: int, sockets: list[tuple[str, int]]) -> str:
 )  # fmt: skip
 def test_listeners_find_every_socket_a_connection_could_reach(tmp_path: Path, sockets: list[tuple[str, int]], host: str,
                                                               expected: list[tuple[str, int]]) -> None:  # fmt: skip
-    assert wd.listeners(host, 8000, _proc_net(tmp_path, 8000, sockets)) == expected
-    assert wd.listeners(host, 8001, _proc_net(tmp_path, 8000, sockets)) == []  # another port
+    assert watch_observe.listeners(host, 8000, _proc_net(tmp_path, 8000, sockets)) == expected
+    assert watch_observe.listeners(host, 8001, _proc_net(tmp_path, 8000, sockets)) == []  # another port
 
 
 @pytest.mark.parametrize("wildcard", [V4_WILDCARD, V6_WILDCARD])
@@ -528,14 +534,14 @@ def test_a_healthy_server_on_a_wildcard_is_its_own_and_a_squatter_there_is_port_
     it is PORT TAKEN - a slip either way restarts a healthy server forever or hands the key to a squatter."""
     cfg = config(tmp_path, url="http://127.0.0.1:8000", service_user="root")
     own = _proc_net(tmp_path, 8000, [(wildcard, 0)])
-    assert wd.port_owner_problem(wd.Config(**{**cfg.__dict__, "proc_net": own})) is None
+    assert watch_observe.port_owner_problem(watch_model.Config(**{**cfg.__dict__, "proc_net": own})) is None
     taken = _proc_net(tmp_path, 8000, [(V4_LOOPBACK, 0), (wildcard, 65534)])
-    problem = wd.port_owner_problem(wd.Config(**{**cfg.__dict__, "proc_net": taken}))
+    problem = watch_observe.port_owner_problem(watch_model.Config(**{**cfg.__dict__, "proc_net": taken}))
     assert problem is not None and problem.port_taken and not problem.ok
     shown = "0.0.0.0" if wildcard == V4_WILDCARD else "[::]"
     assert f"({shown}:8000 by nobody)" in problem.what and "the API key is not sent" in problem.what
     nothing = _proc_net(tmp_path, 8000, [])
-    idle = wd.port_owner_problem(wd.Config(**{**cfg.__dict__, "proc_net": nothing}))
+    idle = watch_observe.port_owner_problem(watch_model.Config(**{**cfg.__dict__, "proc_net": nothing}))
     assert idle is not None and not idle.port_taken and "nothing listens on 127.0.0.1:8000 yet" in idle.what
 
 
@@ -586,9 +592,9 @@ def test_a_busy_server_is_not_restarted_and_a_stalled_one_is(tmp_path: Path, cap
 
 def test_parse_progress_reads_sglangs_counters_and_nothing_else() -> None:
     page = (ROOT / "tests/fixtures/real-sglang/day2/sglang-0.5.17-metrics-after-traffic.txt").read_text()
-    seen_ = wd.parse_progress(page)
+    seen_ = watch_observe.parse_progress(page)
     assert seen_.tokens is not None and seen_.tokens > 0 and seen_.running == 0.0
-    assert wd.parse_progress("garbage\nsglang:realtime_tokens_total{mode=\"x\"} NaN\n") == wd.Progress()
+    assert watch_observe.parse_progress("garbage\nsglang:realtime_tokens_total{mode=\"x\"} NaN\n") == watch_model.Progress()
 
 
 def _hanging(tmp_path: Path, name: str, body: str) -> str:
@@ -602,7 +608,7 @@ def test_every_outside_answer_is_bounded_in_time_and_bytes(tmp_path: Path, monke
     """nvidia-smi that hangs or floods, systemctl that hangs: each is stopped at its bound, and the whole
     tick ends within its budget (TICK_EXTRA_S, shrunk here to 4 s) with no traceback."""
     flood = _hanging(tmp_path, "nvidia-smi-flood", "exec yes garbage")
-    problems, _ = wd.gpu_check(config(tmp_path, nvidia_smi=flood))
+    problems, _ = watch_observe.gpu_check(config(tmp_path, nvidia_smi=flood))
     assert any("printed more than" in p for p in problems), problems
     monkeypatch.setattr(wd, "TICK_EXTRA_S", 4.0)
     cfg = config(tmp_path, nvidia_smi=_hanging(tmp_path, "nvidia-smi-hang", "sleep 600"),
@@ -611,7 +617,7 @@ def test_every_outside_answer_is_bounded_in_time_and_bytes(tmp_path: Path, monke
     started = time.monotonic()
     status = wd.check(cfg)
     assert time.monotonic() - started < 1.0 + 4.0 + 2.0 and status in (0, 1)
-    assert wd.unit_state(cfg, wd.Budget(0.5)).active_state == "unknown"
+    assert watch_observe.unit_state(cfg, watch_observe.Budget(0.5)).active_state == "unknown"
 
 
 V6_MAPPED_OTHER = "0000000000000000FFFF00000B0200C0"  # ::ffff:192.0.2.11
@@ -630,7 +636,7 @@ def test_listeners_read_what_they_can_and_pass_over_the_rest(tmp_path: Path) -> 
     only_v6 = tmp_path / "only-v6"
     only_v6.mkdir()
     (only_v6 / "tcp6").write_text(_table(f"0: {V6_WILDCARD}:{port} {'0' * 32}:0000 0A 0:0 00:0 0 0 0 1"))
-    assert wd.listeners("127.0.0.1", 8000, str(only_v6)) == [("::", 0)]
+    assert watch_observe.listeners("127.0.0.1", 8000, str(only_v6)) == [("::", 0)]
     only_v4 = tmp_path / "only-v4"
     only_v4.mkdir()
     (only_v4 / "tcp").write_text(_table(
@@ -641,20 +647,20 @@ def test_listeners_read_what_they_can_and_pass_over_the_rest(tmp_path: Path) -> 
         f"4: {V4_LOOPBACK}:{port} 00000000:0000 0A 0:0 00:0 0 0",  # the first eight fields: a listener of root
         f"5: {V4_WILDCARD}:{port} 00000000:0000 0A 0:0 00:0 0 65534 0 1",
     ))  # fmt: skip
-    assert wd.listeners("127.0.0.1", 8000, str(only_v4)) == [("127.0.0.1", 0), ("0.0.0.0", 65534)]
+    assert watch_observe.listeners("127.0.0.1", 8000, str(only_v4)) == [("127.0.0.1", 0), ("0.0.0.0", 65534)]
 
 
 def test_an_ipv4_mapped_socket_of_another_address_does_not_reach_the_server(tmp_path: Path) -> None:
-    assert wd.listeners("127.0.0.1", 8000, _proc_net(tmp_path, 8000, [(V6_MAPPED_OTHER, 65534)])) == []
+    assert watch_observe.listeners("127.0.0.1", 8000, _proc_net(tmp_path, 8000, [(V6_MAPPED_OTHER, 65534)])) == []
 
 
 def test_who_holds_the_port_is_asked_of_the_urls_port_or_its_schemes(tmp_path: Path) -> None:
     for url, port in (("https://127.0.0.1/", 443), ("http://127.0.0.1/", 80), ("http://127.0.0.1:8000/", 8000)):
         cfg = config(tmp_path, url=url, service_user="root")
         held = _proc_net(tmp_path, port, [(V4_LOOPBACK, 0)])
-        assert wd.port_owner_problem(wd.Config(**{**cfg.__dict__, "proc_net": held})) is None, url
+        assert watch_observe.port_owner_problem(watch_model.Config(**{**cfg.__dict__, "proc_net": held})) is None, url
         elsewhere = _proc_net(tmp_path, port + 1, [(V4_LOOPBACK, 0)])
-        idle = wd.port_owner_problem(wd.Config(**{**cfg.__dict__, "proc_net": elsewhere}))
+        idle = watch_observe.port_owner_problem(watch_model.Config(**{**cfg.__dict__, "proc_net": elsewhere}))
         assert idle is not None and not idle.ok and not idle.refused and not idle.port_taken, url
         assert idle.what == f"nothing listens on 127.0.0.1:{port} yet (the key is sent only to root's socket)"
 
@@ -662,15 +668,15 @@ def test_who_holds_the_port_is_asked_of_the_urls_port_or_its_schemes(tmp_path: P
 def test_what_the_watchdog_cannot_check_is_a_refusal_never_a_key_sent(tmp_path: Path) -> None:
     """A service user that does not exist, a host that is no IP address, someone else on the port: the key is not
     sent, and a restart cannot fix it (refused, with its fix)."""
-    missing = wd.port_owner_problem(config(tmp_path, url="http://127.0.0.1:8000", service_user="no-such-user-4817"))
+    missing = watch_observe.port_owner_problem(config(tmp_path, url="http://127.0.0.1:8000", service_user="no-such-user-4817"))
     assert missing is not None and (missing.ok, missing.refused, missing.port_taken) == (False, True, False)
     assert missing.what == "the service user 'no-such-user-4817' does not exist: the key is not sent"
     assert missing.fix == "run the role again (it creates the user)"
-    named = wd.port_owner_problem(config(tmp_path, url="http://localhost:8000", service_user="root"))
+    named = watch_observe.port_owner_problem(config(tmp_path, url="http://localhost:8000", service_user="root"))
     assert named is not None and (named.ok, named.refused, named.port_taken) == (False, True, False)
     assert named.what.startswith("localhost is not an IP address") and "sglang_server_flags host" in named.fix
     cfg = config(tmp_path, url="http://127.0.0.1:8000", service_user="root")
-    taken = wd.port_owner_problem(wd.Config(**{**cfg.__dict__, "proc_net": _proc_net(tmp_path, 8000, [(V4_WILDCARD, 65534)])}))
+    taken = watch_observe.port_owner_problem(watch_model.Config(**{**cfg.__dict__, "proc_net": _proc_net(tmp_path, 8000, [(V4_WILDCARD, 65534)])}))
     assert taken is not None and (taken.ok, taken.refused, taken.port_taken) == (False, True, True)
 
 
@@ -685,87 +691,87 @@ def test_a_garbled_sample_is_passed_over_and_the_rest_still_count() -> None:
         "sglang:num_running_reqs 2",
         "sglang:num_queue_reqs 0",
     ])  # fmt: skip
-    assert wd.parse_progress(page) == wd.Progress(42.0, 2.0, 0.0)
+    assert watch_observe.parse_progress(page) == watch_model.Progress(42.0, 2.0, 0.0)
 
 
 # -- the decision at its edges ---------------------------------------------------------------------------------
 def test_the_hourly_window_holds_the_last_hour_to_the_second() -> None:
-    state = wd.State(restart_times=[1000.0, 1001.0, 4600.0, 4601.0])
+    state = watch_model.State(restart_times=[1000.0, 1001.0, 4600.0, 4601.0])
     assert wd.restarts_in_the_last_hour(state, 4600.0) == [1001.0, 4600.0]  # an hour ago: out; now: in; ahead: out
 
 
 def test_a_clock_step_is_a_time_over_a_minute_ahead_or_a_hold_over_an_hour_ahead(tmp_path: Path) -> None:
     cfg, now = config(tmp_path), 1_000_000.0
-    calm = [wd.State(last_restart=now + 60), wd.State(restart_times=[now - 30]), wd.State(healthy_since=now + 60),
-            wd.State(giving_up_until=now + wd.HOUR_S)]  # fmt: skip
+    calm = [watch_model.State(last_restart=now + 60), watch_model.State(restart_times=[now - 30]), watch_model.State(healthy_since=now + 60),
+            watch_model.State(giving_up_until=now + watch_model.HOUR_S)]  # fmt: skip
     for state in calm:
-        assert wd.CLOCK not in words(wd.decide(cfg, state, seen(), now, 50_000.0)), state
-    for state in (wd.State(last_restart=now + 61), wd.State(restart_times=[now + 61]), wd.State(giving_up_until=now + wd.HOUR_S + 1)):
-        assert wd.CLOCK in words(wd.decide(cfg, state, seen(), now, 50_000.0)), state
+        assert watch_model.CLOCK not in words(wd.decide(cfg, state, seen(), now, 50_000.0)), state
+    for state in (watch_model.State(last_restart=now + 61), watch_model.State(restart_times=[now + 61]), watch_model.State(giving_up_until=now + watch_model.HOUR_S + 1)):
+        assert watch_model.CLOCK in words(wd.decide(cfg, state, seen(), now, 50_000.0)), state
 
 
 def test_a_gpu_problem_is_said_once_and_again_when_it_changes_or_comes_back(tmp_path: Path) -> None:
     ticks = Ticks(config(tmp_path))
     lost3, lost4 = seen(problems=["GPU 3 is lost"]), seen(problems=["GPU 4 is lost"])
-    idle = seen(None, wd.UnitState("inactive", "dead", "inv-1", active_since=None))
+    idle = seen(None, watch_model.UnitState("inactive", "dead", "inv-1", active_since=None))
     said = [words(ticks.tick(observation)) for observation in (lost3, lost3, lost4, lost4, idle, lost4)]
-    assert said == [[wd.GPU_PROBLEM], [], [wd.GPU_PROBLEM], [], [wd.IDLE], [wd.GPU_PROBLEM]]
+    assert said == [[watch_model.GPU_PROBLEM], [], [watch_model.GPU_PROBLEM], [], [watch_model.IDLE], [watch_model.GPU_PROBLEM]]
 
 
 def test_port_taken_is_said_once_per_owner(tmp_path: Path) -> None:
-    def taken(owner: str) -> wd.Generation:
-        return wd.Generation(False, f"the port is held by someone other than root (0.0.0.0:8000 by {owner})", True,
+    def taken(owner: str) -> watch_model.Generation:
+        return watch_model.Generation(False, f"the port is held by someone other than root (0.0.0.0:8000 by {owner})", True,
                              "stop it", port_taken=True)  # fmt: skip
 
     ticks = Ticks(config(tmp_path))
     said = [words(ticks.tick(seen(generation))) for generation in (taken("nobody"), taken("nobody"), taken("www-data"), GOOD, taken("nobody"))]
-    assert said == [[wd.PORT_TAKEN], [], [wd.PORT_TAKEN], [wd.OK], [wd.PORT_TAKEN]]
+    assert said == [[watch_model.PORT_TAKEN], [], [watch_model.PORT_TAKEN], [watch_model.OK], [watch_model.PORT_TAKEN]]
 
 
 def test_a_good_run_counts_from_its_own_first_generation(tmp_path: Path) -> None:
     """Generating, then the unit stopped (IDLE): the next good run is a new one, and the back-off starts over only
     after --stable seconds of it, not of the run before the stop."""
     cfg, now = config(tmp_path, stable_s=600.0), 1_000_000.0
-    after_idle = wd.decide(cfg, wd.State(restarts=2, healthy_since=now - 5000, last_result=wd.IDLE), seen(), now, 50_000.0)
+    after_idle = wd.decide(cfg, watch_model.State(restarts=2, healthy_since=now - 5000, last_result=watch_model.IDLE), seen(), now, 50_000.0)
     assert (after_idle.state.restarts, after_idle.state.healthy_since) == (2, now)
-    unknown_start = wd.decide(cfg, wd.State(restarts=2, last_result=wd.OK), seen(), now, 50_000.0)
+    unknown_start = wd.decide(cfg, watch_model.State(restarts=2, last_result=watch_model.OK), seen(), now, 50_000.0)
     assert (unknown_start.state.restarts, unknown_start.state.healthy_since) == (2, now)
-    stable = wd.decide(cfg, wd.State(restarts=2, healthy_since=now - 600, last_result=wd.OK), seen(), now, 50_000.0)
+    stable = wd.decide(cfg, watch_model.State(restarts=2, healthy_since=now - 600, last_result=watch_model.OK), seen(), now, 50_000.0)
     assert stable.state.restarts == 0
     assert stable.lines[-1][1] == "sglang-watchdog: OK: sglang.service has generated for 600s: the restart back-off starts over"
-    almost = wd.decide(cfg, wd.State(restarts=2, healthy_since=now - 599, last_result=wd.OK), seen(), now, 50_000.0)
+    almost = wd.decide(cfg, watch_model.State(restarts=2, healthy_since=now - 599, last_result=watch_model.OK), seen(), now, 50_000.0)
     assert almost.state.restarts == 2 and almost.lines == []
 
 
 def test_the_lines_of_a_busy_a_held_and_a_given_up_server_give_their_figures(tmp_path: Path) -> None:
     cfg, now = config(tmp_path, failures=1, backoff_initial_s=300.0), 1_000_000.0
-    base = wd.State(generated_invocation="inv-1")
-    busy = [wd.Observation(ACTIVE, [], "8 of 8", [], HUNG, wd.Progress(100.0), wd.Progress(130.0, running, queued))
+    base = watch_model.State(generated_invocation="inv-1")
+    busy = [watch_model.Observation(ACTIVE, [], "8 of 8", [], HUNG, watch_model.Progress(100.0), watch_model.Progress(130.0, running, queued))
             for running, queued in ((2.0, None), (None, 3.0))]  # fmt: skip
     lines = [wd.decide(cfg, base, observation, now, 50_000.0).lines[0][1] for observation in busy]
     assert lines[0].endswith("but it is working: 30 tokens during the check, 2 running. Not counted")
     assert lines[1].endswith("but it is working: 30 tokens during the check, 3 queued. Not counted")
-    held = wd.decide(cfg, wd.State(restarts=1, last_restart=now - 100, restart_times=[now - 100], generated_invocation="inv-1"),
+    held = wd.decide(cfg, watch_model.State(restarts=1, last_restart=now - 100, restart_times=[now - 100], generated_invocation="inv-1"),
                      seen(HUNG), now, 50_000.0)  # fmt: skip
     assert "restarted 100s ago (restart 1; back-off 300s): the next restart in 200s at the earliest" in held.lines[-1][1]
-    full = wd.State(restarts=3, last_restart=now - 10, restart_times=[now - 3000, now - 2000, now - 10], generated_invocation="inv-1")
+    full = watch_model.State(restarts=3, last_restart=now - 10, restart_times=[now - 3000, now - 2000, now - 10], generated_invocation="inv-1")
     given_up = wd.decide(cfg, full, seen(HUNG), now, 50_000.0)
-    assert words(given_up) == [wd.GIVING_UP] and "not restarting it again for 600s" in given_up.lines[0][1]
+    assert words(given_up) == [watch_model.GIVING_UP] and "not restarting it again for 600s" in given_up.lines[0][1]
     assert given_up.state.giving_up_until == now + 600
     # Said once per hold; at the second the hold ends (a hold from another hour, a clock put right) it is said again.
     held_on = wd.decide(cfg, given_up.state, seen(HUNG), now + 60, 50_060.0)
-    assert held_on.lines == [] and held_on.state.last_result == wd.GIVING_UP
-    at_its_end = wd.decide(cfg, wd.State(**{**given_up.state.__dict__, "giving_up_until": now + 60}), seen(HUNG), now + 60, 50_060.0)
-    assert words(at_its_end) == [wd.GIVING_UP]
+    assert held_on.lines == [] and held_on.state.last_result == watch_model.GIVING_UP
+    at_its_end = wd.decide(cfg, watch_model.State(**{**given_up.state.__dict__, "giving_up_until": now + 60}), seen(HUNG), now + 60, 50_060.0)
+    assert words(at_its_end) == [watch_model.GIVING_UP]
 
 
 def test_the_start_grace_counts_from_the_units_own_start(tmp_path: Path) -> None:
     cfg = config(tmp_path, start_grace_s=2400.0)
-    started = wd.UnitState("active", "running", "inv-2", active_since=49_000.0)
-    waiting = wd.decide(cfg, wd.State(generated_invocation="inv-1"), seen(HUNG, started), 1_000_000.0, 50_000.0)
-    assert words(waiting) == [wd.WAITING] and "started 1000s ago" in waiting.lines[0][1]
-    late = wd.decide(cfg, wd.State(generated_invocation="inv-1"), seen(HUNG, started), 1_000_000.0, 51_400.0)
-    assert words(late) == [wd.FAILED]
+    started = watch_model.UnitState("active", "running", "inv-2", active_since=49_000.0)
+    waiting = wd.decide(cfg, watch_model.State(generated_invocation="inv-1"), seen(HUNG, started), 1_000_000.0, 50_000.0)
+    assert words(waiting) == [watch_model.WAITING] and "started 1000s ago" in waiting.lines[0][1]
+    late = wd.decide(cfg, watch_model.State(generated_invocation="inv-1"), seen(HUNG, started), 1_000_000.0, 51_400.0)
+    assert words(late) == [watch_model.FAILED]
 
 
 def test_a_line_carries_its_priority_under_systemd_only(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""sglang_deploy_host.weights: the completeness check, plan and copy behind the hf_model role's modules,
+"""sglang_deploy_host.model.weights: the completeness check, plan and copy behind the hf_model role's modules,
 on real safetensors files (tests/unit/host/test_weights_module.py runs the modules themselves)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from sglang_deploy_host import weights
+from sglang_deploy_host.model import weights
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from tiny_checkpoint import make_checkpoint, write_shard  # noqa: E402
@@ -302,7 +302,7 @@ def test_manifest_skips_download_tool_bookkeeping(ckpt: Path):
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     """The command line as an operator runs it: plain python3 -m, the package from module_utils only."""
-    return subprocess.run([sys.executable, "-m", "sglang_deploy_host.weights", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "sglang_deploy_host.model.weights", *args], capture_output=True,
                           text=True, timeout=60, check=False, env={**os.environ, "PYTHONPATH": str(MODULE_UTILS)},
                           cwd="/")
 

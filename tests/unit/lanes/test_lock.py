@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.lanes import catalog
-from sglang_deploy.lanes import lock
+from sglang_deploy.lanes import catalog, lock
 from sglang_deploy.cli import main
 from sglang_deploy.lanes.catalog import LaneError, LockSpec, Override, lane_names, load_lane
-from sglang_deploy_host import interp, lockfile, mlenv
+from sglang_deploy_host import interp
+from sglang_deploy_host.stack import lockfile, mlenv
 
 LOCKED_LANES = [name for name in lane_names() if load_lane(name).lock is not None]
 
@@ -279,7 +279,7 @@ def test_compare_versions_names_every_difference() -> None:
 def _run_check(venv_python: str, lock_file: Path, *extra: str) -> tuple[int, dict[str, object]]:
     """mlenv's check as the sglang_ml_env module runs it: the venv's python, this package copied in."""
     proc = interp.run_module(
-        venv_python, "mlenv", ["check", "--lock", str(lock_file), *extra], names=list(mlenv.CHECK_MODULES), timeout=120
+        venv_python, "stack.mlenv", ["check", "--lock", str(lock_file), *extra], names=list(mlenv.CHECK_MODULES), timeout=120
     )
     return proc.returncode, json.loads(proc.stdout)
 

@@ -20,7 +20,7 @@ from sglang_deploy.launch import checkpoints
 from sglang_deploy.memory import architectures
 from sglang_deploy.serving import server
 from sglang_deploy.launch.config import LaunchConfig
-from sglang_deploy_host import checkpoint as inspector
+from sglang_deploy_host.model import inspection as inspector
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from glm5_checkpoint import make_glm5_checkpoint, make_variants  # noqa: E402

@@ -10,7 +10,7 @@ from conftest import ROOT
 from server_inputs import API_KEY, inputs
 
 from sglang_deploy.serving import server
-from sglang_deploy_host import endpoint
+from sglang_deploy_host.serving import unit_flags
 
 spec = importlib.util.spec_from_file_location("plugin", ROOT / "filter_plugins" / "sglang_deploy.py")
 plugin = importlib.util.module_from_spec(spec)
@@ -39,12 +39,12 @@ def test_secrets_hold_the_key_for_the_env_file_only() -> None:
 
 
 def test_env_file_lines_and_api_key_problem() -> None:
-    """The API key is checked by the resolvers (server.py, router.py) through endpoint.api_key_problem."""
+    """The API key is checked by the resolvers (server.py, router.py) through unit_flags.api_key_problem."""
     assert plugin.sglang_env_file_lines({"SGLANG_API_KEY": "k"}) == ["SGLANG_API_KEY='k'"]
     with pytest.raises(AnsibleFilterError, match="host h: sglang_server_secret_env"):
         plugin.sglang_env_file_lines({"BAD NAME": "k"}, host="h")
-    assert endpoint.api_key_problem("0123456789abcdef", "sglang_server_api_key") is None
-    assert "sglang_server_api_key holds a space or tab at character 4" in (endpoint.api_key_problem("abc\tdef", "sglang_server_api_key") or "")
+    assert unit_flags.api_key_problem("0123456789abcdef", "sglang_server_api_key") is None
+    assert "sglang_server_api_key holds a space or tab at character 4" in (unit_flags.api_key_problem("abc\tdef", "sglang_server_api_key") or "")
     assert plugin.sglang_bearer_headers("k1") == {"Authorization": "Bearer k1"}
     assert plugin.sglang_bearer_headers("") == {}
     assert set(plugin.FilterModule().filters()) == {

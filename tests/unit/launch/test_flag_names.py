@@ -11,7 +11,7 @@ from server_inputs import resolve
 from sglang_deploy.fleet import router
 from sglang_deploy.launch import config as launch_config
 from sglang_deploy.launch.config import LaunchConfigError
-from sglang_deploy_host import endpoint
+from sglang_deploy_host.serving import unit_flags
 
 SECRET = "s3cr3t-VALUE-never-shown"
 
@@ -42,7 +42,7 @@ def test_a_name_that_hides_a_secret_or_is_no_name_is_refused_through_the_resolve
 @pytest.mark.parametrize("name", ["tp-size", "--tp_size", "tp", "ssl-keyfile", "api-key-x-not-secret", "b"])
 def test_names_that_hide_nothing_are_left_to_the_parser(name: str) -> None:
     # ssl-keyfile is a real flag, which argparse takes before the abbreviation of ssl-keyfile-password.
-    assert endpoint.flag_name_problem(name, "v") is None
+    assert unit_flags.flag_name_problem(name, "v") is None
 
 
 @pytest.mark.parametrize(
@@ -62,9 +62,9 @@ def test_the_router_extra_flags_follow_the_same_rule(name: str, expected: str) -
 
 
 def test_the_shown_name_stops_at_the_equals_sign_and_is_printable() -> None:
-    assert endpoint.shown_flag_name(f"api-key={SECRET}") == "api-key=..."
-    assert endpoint.shown_flag_name("a\nb\tc") == "a?b?c"
-    assert len(endpoint.shown_flag_name("x" * 500)) == 80
+    assert unit_flags.shown_flag_name(f"api-key={SECRET}") == "api-key=..."
+    assert unit_flags.shown_flag_name("a\nb\tc") == "a?b?c"
+    assert len(unit_flags.shown_flag_name("x" * 500)) == 80
 
 
 @pytest.mark.parametrize("value", [False])

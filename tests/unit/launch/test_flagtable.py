@@ -12,7 +12,7 @@ from sglang_deploy.lanes.catalog import lane_names, load_lane
 from sglang_deploy.launch import flagtable
 from sglang_deploy.launch.config import LaunchConfig, LaunchConfigError, merge_flags, profile_flags
 from sglang_deploy.launch.flagtable import FlagSpec, FlagTableError, LaunchSettings, SecretRef, parse_table, table
-from sglang_deploy_host import endpoint
+from sglang_deploy_host.serving import unit_flags
 
 PY = "/opt/sglang-deploy/ml-env/bin/python3"
 
@@ -27,11 +27,11 @@ def test_every_row_is_a_typed_field_and_every_field_a_row() -> None:
 
 
 def test_the_secret_rows_are_the_servers_secret_flags_the_host_masks() -> None:
-    """The host's launcher and the exposure rule read endpoint.SECRET_FLAGS (stdlib-only host code); the table's
+    """The host's launcher and the exposure rule read unit_flags.SECRET_FLAGS (stdlib-only host code); the table's
     secret rows are sglang's of them."""
     secrets = {spec.name for spec in table().specs if spec.type == "secret"}
     assert secrets == {"api-key", "admin-api-key", "ssl-keyfile-password"}
-    assert secrets <= endpoint.SECRET_FLAGS
+    assert secrets <= unit_flags.SECRET_FLAGS
 
 
 def test_every_recorded_choice_list_belongs_to_a_choice_row_in_its_lane_spelling() -> None:
@@ -266,7 +266,7 @@ def test_unset_settings_are_off_and_the_planner_reads_only_its_rows_set() -> Non
 
 def test_the_flags_host_code_reads_from_a_rendered_unit_are_spelled_alike_in_every_lane() -> None:
     """Host code (stdlib only: it cannot read the table) reads a few flags by name from the rendered command line
-    (endpoint.target_from_render, base_url, bench's concurrency cap). Each is a table row spelled the same in every
+    (unit_flags.target_from_render, base_url, bench's concurrency cap). Each is a table row spelled the same in every
     lane, so a lane switch never changes what the host reads; a new such lookup must be one too."""
     import re
 
@@ -275,7 +275,7 @@ def test_the_flags_host_code_reads_from_a_rendered_unit_are_spelled_alike_in_eve
     read = set()
     for path in [*(ROOT / "module_utils").rglob("*.py"), *(ROOT / "library").glob("*.py")]:
         read |= set(re.findall(r'flags(?:\.get\(|\[)"([a-z0-9-]+)"', path.read_text(encoding="utf-8")))
-    read |= {"served-model-name", "model-path", "model"}  # endpoint.served_model_name's loop
+    read |= {"served-model-name", "model-path", "model"}  # unit_flags.served_model_name's loop
     assert {"port", "host", "ssl-certfile", "ssl-ca-certs", "api-key", "enable-metrics", "max-running-requests"} <= read
     for name in read:
         spec = table().spec(name)

@@ -12,7 +12,7 @@ import pytest
 
 from sglang_deploy.memory import planner, startlog
 from sglang_deploy.observe import doctor
-from sglang_deploy_host import endpoint, gate
+from sglang_deploy_host.serving import endpoint, gate
 
 ROOT = Path(__file__).resolve().parents[3]
 RUN = ROOT / "tests" / "fixtures" / "real-sglang" / "h200-sglang-0.5.17"

@@ -18,7 +18,7 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from tiny_checkpoint import make_checkpoint  # noqa: E402
 
-from sglang_deploy_host import weights  # noqa: E402
+from sglang_deploy_host.model import weights  # noqa: E402
 
 # What async_wrapper writes before the module ends (ansible/modules/async_wrapper.py; older
 # releases wrote 1/0).

@@ -151,13 +151,13 @@ def test_a_quality_reference_is_judged_before_any_host(tmp_path: Path) -> None:
     variable, the file and the fix - with no host contacted. The references are recorded on the stand-in."""
     from conftest import StandinProcess
 
-    from sglang_deploy_host import endpoint, quality
+    from sglang_deploy_host.serving import endpoint, quality, quality_reference
 
     references = {}
     for model in ("glm-5", "glm-5.1"):
         server = StandinProcess(tmp_path / f"{model}.log", "--served-model-name", model, "--standin-load-delay", "0")
         try:
-            references[model] = quality.record(endpoint.Endpoint(server.url), model, quality.load_prompt_set())
+            references[model] = quality.record(endpoint.Endpoint(server.url), model, quality_reference.load_prompt_set())
         finally:
             server.stop()
     inventory = tmp_path / "inventory"

@@ -26,7 +26,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tarball = Path(done.stdout.strip().splitlines()[-1])
     names = tarfile.open(tarball).getnames()
     for name in ("roles/sglang_server/tasks/main.yml", "plugins/modules/sglang_wait_ready.py",
-                 "plugins/module_utils/sglang_deploy_host/endpoint.py", "plugins/filter/sglang_deploy.py",
+                 "plugins/module_utils/sglang_deploy_host/serving/endpoint.py", "plugins/filter/sglang_deploy.py",
                  "plugins/action/sglang_validate_tls.py", "plugins/lookup/sglang_deploy_probes.py",
                  "plugins/doc_fragments/sglang_endpoint_client.py", "MANIFEST.json"):
         assert name in names, name

@@ -1,8 +1,13 @@
 """The tests mirror the code: each package of src/sglang_deploy has a folder of its own under tests/unit, beside
 host/ (module_utils/sglang_deploy_host and its modules), vm/ (the Proxmox layer), cli/ and project/ (the repository
-as a whole); no test file lies outside them or grows past 800 lines."""
+as a whole); no test file lies outside them. No module, of the code or of the tests, grows past 800 lines, and a
+package's __init__.py says what the package holds and defines nothing: its logic lives in a module named for it."""
 
 from __future__ import annotations
+
+import ast
+import subprocess
+from pathlib import Path
 
 from conftest import ROOT
 
@@ -26,3 +31,49 @@ def test_no_test_file_lies_outside_the_folders_or_grows_past_the_bound() -> None
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def _code_files() -> list[Path]:
+    """Every Python file of the project outside tests/: the packages, the Ansible plugins and modules, the scripts
+    (those without a .py suffix by their python shebang)."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60, check=True).stdout.split()  # fmt: skip
+    found = []
+    for name in listed:
+        path = ROOT / name
+        if name.startswith(("tests/", "build/")) or not path.is_file():
+            continue
+        if path.suffix == ".py" or (not path.suffix and path.read_bytes()[:64].startswith(b"#!/usr/bin/env python")):
+            found.append(path)
+    return found
+
+
+def test_no_code_module_grows_past_the_bound() -> None:
+    files = _code_files()
+    assert any(p.name == "planner.py" for p in files) and any(p.name == "mutation" for p in files)
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in files
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}, f"split these by what they do (at most {MAX_LINES} lines a module): {long}"
+
+
+def test_a_package_init_defines_nothing() -> None:
+    """A docstring, and at most the package's ``__version__``: no function, class, constant or import."""
+    inits = [p for p in _code_files() if p.name == "__init__.py"]
+    assert len(inits) >= 15, inits
+    logic = {}
+    for path in inits:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        body = tree.body[1:] if ast.get_docstring(tree) else tree.body
+        extra = [
+            ast.unparse(node).splitlines()[0]
+            for node in body
+            if not (isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__version__"])
+        ]
+        if not ast.get_docstring(tree):
+            extra.append("(no docstring saying what the package holds)")
+        if extra:
+            logic[str(path.relative_to(ROOT))] = extra
+    assert logic == {}, logic

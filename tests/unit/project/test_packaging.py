@@ -43,7 +43,7 @@ def test_the_wheel_builds_quietly_with_its_data_files(wheel: Path) -> None:
     project = "sglang_deploy/_project"
     for name in ("site.yml", "ansible.cfg", "playbooks/render.yml", "roles/sglang_server/tasks/main.yml",
                  "library/sglang_wait_ready.py", "action_plugins/sglang_validate_tls.py", "filter_plugins/sglang_deploy.py",
-                 "module_utils/sglang_deploy_host/endpoint.py", "inventory/proxmox/hosts.yml", "tests/infra/test_endpoint.py"):
+                 "module_utils/sglang_deploy_host/serving/endpoint.py", "inventory/proxmox/hosts.yml", "tests/infra/test_endpoint.py"):
         assert f"{project}/{name}" in names, name
     assert not [name for name in names if "__pycache__" in name or "/artifacts/" in name]
 

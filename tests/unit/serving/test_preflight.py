@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 
 from sglang_deploy.serving import preflight
-from sglang_deploy_host import gpufacts
+from sglang_deploy_host.gpu import gpufacts
 from sglang_deploy.launch.config import LaunchConfig
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"

@@ -16,7 +16,7 @@ from conftest import ROOT
 from server_inputs import API_KEY, SERVER_DEFAULTS, UNIT, WATCHDOG, facts, inputs, resolve
 
 from sglang_deploy.serving import server
-from sglang_deploy_host import systemd
+from sglang_deploy_host.serving import systemd, unit_flags
 from sglang_deploy_host import watchdog as host_watchdog
 
 
@@ -37,7 +37,7 @@ def test_the_proxmox_profile_resolves_to_seed_004_with_the_key_from_the_env_file
     flags = result["flags"]
     # canonical: every value as sglang gets it on the command line
     assert flags["tp-size"] == "8" and flags["mem-fraction-static"] == "0.92"
-    assert flags["api-key"] == {"env": server.API_KEY_ENV}
+    assert flags["api-key"] == {"env": unit_flags.API_KEY_ENV}
     assert list(flags)[-1] == "api-key"  # the role's addition goes last; the profile's order stays
     assert result["launch"]["exec_start"].startswith(
         "/opt/sglang-deploy/ml-env/bin/python /usr/local/libexec/sglang-deploy/sglang_launcher.py --module sglang.launch_server"
@@ -47,7 +47,7 @@ def test_the_proxmox_profile_resolves_to_seed_004_with_the_key_from_the_env_file
     assert result["unit"]["env_file"] == "/etc/sglang/sglang.env"
     assert result["endpoint"] == {
         "bind_host": "0.0.0.0", "port": 8000, "local_url": "http://127.0.0.1:8000",
-        "worker_url": "http://10.0.0.21:8000", "served_model": "glm-5", "api_key_env": server.API_KEY_ENV, "cafile": "",
+        "worker_url": "http://10.0.0.21:8000", "served_model": "glm-5", "api_key_env": unit_flags.API_KEY_ENV, "cafile": "",
     }  # fmt: skip
     plan = result["memory_plan"]
     assert plan["safe"] is True and plan["requested"] == 0.92 and plan["mem_fraction_static"] == 0.92
@@ -59,9 +59,9 @@ def test_the_result_holds_no_secret() -> None:
     result = resolve(secret_env={"HF_TOKEN": "hf_secret_value_123"})
     text = json.dumps(result)
     assert API_KEY not in text and "hf_secret_value_123" not in text
-    assert result["secret_env_names"] == ["HF_TOKEN", server.API_KEY_ENV]
+    assert result["secret_env_names"] == ["HF_TOKEN", unit_flags.API_KEY_ENV]
     secrets = server.secrets(server.ServerInputs.from_vars(inputs(secret_env={"HF_TOKEN": "hf_secret_value_123"})))
-    assert secrets == {"HF_TOKEN": "hf_secret_value_123", server.API_KEY_ENV: API_KEY}
+    assert secrets == {"HF_TOKEN": "hf_secret_value_123", unit_flags.API_KEY_ENV: API_KEY}
 
 
 def test_the_tuned_profile_resolves_auto_to_the_planners_fraction_in_place() -> None:

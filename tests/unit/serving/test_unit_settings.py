@@ -12,7 +12,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 from conftest import ROOT
 
-from sglang_deploy_host import systemd
+from sglang_deploy_host.serving import systemd
 
 spec = importlib.util.spec_from_file_location("plugin", ROOT / "filter_plugins" / "sglang_deploy.py")
 plugin = importlib.util.module_from_spec(spec)

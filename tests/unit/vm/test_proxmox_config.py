@@ -1,5 +1,5 @@
-"""The Proxmox layer's logic on plain data: module_utils/sglang_deploy_host/pve.py (the VM as PVE keys, the
-diff, privileges, GPU users), pve_plan.py (the planner on a stand-in API), pcidev.py (vfio readiness from
+"""The Proxmox layer's logic on plain data: module_utils/sglang_deploy_pve/vmspec.py (the VM as PVE keys, the
+diff, privileges, GPU users), vmplan.py (the planner on a stand-in API), pcidev.py (vfio readiness from
 sysfs) and blockdev.py (what counts as blank). The role end to end against fakepve is
 tests/unit/vm/test_proxmox_vm_*.py."""
 
@@ -16,7 +16,9 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from sglang_deploy_host import blockdev, pcidev, pve, pve_plan
+from sglang_deploy_host.fs import blockdev
+from sglang_deploy_host.gpu import pcidev
+from sglang_deploy_pve import vmconfig, vmplan, vmspec
 
 PROFILE = ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers" / "proxmox_vm.yml"
 # Made by ssh-keygen (the role checks each key whole: one line, a known type, the blob laid out as that type).
@@ -44,10 +46,10 @@ VM: dict[str, Any] = {
 }
 
 
-def spec(**changes: Any) -> pve.VmSpec:
-    base = {**VM, "gpus": pve.parse_gpus(VM["gpus"])}
+def spec(**changes: Any) -> vmspec.VmSpec:
+    base = {**VM, "gpus": vmspec.parse_gpus(VM["gpus"])}
     base.update(changes)
-    return pve.VmSpec(**base)
+    return vmspec.VmSpec(**base)
 
 
 def test_the_profile_builds_the_vm_the_issue_asks_for() -> None:
@@ -84,8 +86,8 @@ def test_the_profile_builds_the_vm_the_issue_asks_for() -> None:
     ],
 )
 def test_definitions_that_cannot_serve_are_refused_by_name(changes: dict[str, Any], variable: str) -> None:
-    with pytest.raises(pve.SpecError, match=re.escape(variable)):
-        pve.check_spec(spec(**changes))
+    with pytest.raises(vmspec.SpecError, match=re.escape(variable)):
+        vmspec.check_spec(spec(**changes))
 
 
 def wire(*parts: bytes) -> str:
@@ -101,8 +103,8 @@ RSA_KEY = "ssh-rsa " + wire(b"ssh-rsa", b"\x01\x00\x01", b"\x00\xc5" + bytes(255
 
 
 def test_values_pve_and_cloud_init_accept_pass_whole() -> None:
-    pve.check_spec(spec())
-    pve.check_spec(
+    vmspec.check_spec(spec())
+    vmspec.check_spec(
         spec(
             ci_ssh_keys=[KEY, SK_ED25519, SK_ECDSA, RSA_KEY, f"ssh-ed25519 {KEY_DATA}"],
             ci_nameservers=["192.0.2.53", "2001:db8::53"],
@@ -112,11 +114,11 @@ def test_values_pve_and_cloud_init_accept_pass_whole() -> None:
             machine="pc-q35-9.0+pve1,viommu=virtio",
             net="virtio,bridge=vmbr0,firewall=1,tag=20",
             ci_vendor_snippet="local:snippets/sglang-deploy-vendor.cfg",
-            gpus=pve.parse_gpus(["rtx-pro-6000-0", {"host": "0000:41:00.0"}]),
+            gpus=vmspec.parse_gpus(["rtx-pro-6000-0", {"host": "0000:41:00.0"}]),
         )
     )
     for ipconfig in ("ip=dhcp", "ip6=auto", "ip6=dhcp", "ip=dhcp,ip6=auto", "ip=192.0.2.10/32"):
-        pve.check_spec(spec(ci_ipconfig=ipconfig))
+        vmspec.check_spec(spec(ci_ipconfig=ipconfig))
 
 
 @pytest.mark.parametrize(
@@ -182,8 +184,8 @@ def test_values_pve_and_cloud_init_accept_pass_whole() -> None:
     ],
 )
 def test_values_that_leave_for_pve_are_checked_whole(changes: dict[str, Any], expected: str) -> None:
-    with pytest.raises(pve.SpecError) as refused:
-        pve.check_spec(spec(**changes))
+    with pytest.raises(vmspec.SpecError) as refused:
+        vmspec.check_spec(spec(**changes))
     message = str(refused.value)
     assert expected in message, message
     assert "Fix:" in message and "\n" not in message, message
@@ -199,16 +201,16 @@ def test_gpu_names_and_addresses_are_checked_whole() -> None:
         ([{"host": "0000:C1:00.0"}], "'0000:C1:00.0' is not a PCI address as PVE takes it (0000:41:00.0, lower-case hex). Fix: write it 0000:c1:00.0"),
         (["rtx.pro.0"], "proxmox_vm_gpus[0]: 'rtx.pro.0' is not a PVE mapping name (a letter, then letters, digits, _ or -)"),
     ):
-        with pytest.raises(pve.SpecError) as refused:
-            pve.parse_gpus(bad)
+        with pytest.raises(vmspec.SpecError) as refused:
+            vmspec.parse_gpus(bad)
         assert why in str(refused.value) and "\n" not in str(refused.value)
 
 
 def test_the_node_name_and_the_image_url_are_checked_whole() -> None:
-    assert pve.node_problem("pve1") == "" and pve.image_url_problem("") == ""
-    assert pve.image_url_problem("https://cloud.debian.org/images/cloud/bookworm/latest/d.qcow2") == ""
+    assert vmspec.node_problem("pve1") == "" and vmspec.image_url_problem("") == ""
+    assert vmspec.image_url_problem("https://cloud.debian.org/images/cloud/bookworm/latest/d.qcow2") == ""
     for node in ("pve1\n", "pve 1", "../pve1", "", 7):
-        assert "proxmox_vm_node_name=" in pve.node_problem(node), node
+        assert "proxmox_vm_node_name=" in vmspec.node_problem(node), node
     for url in (
         "https://cloud.example/d.qcow2\n",
         "http://cloud.example/d.qcow2",
@@ -216,14 +218,14 @@ def test_the_node_name_and_the_image_url_are_checked_whole() -> None:
         "https://cloud.example/a b.qcow2",
         ["https://x"],
     ):
-        assert "proxmox_vm_image_url=" in pve.image_url_problem(url), url
+        assert "proxmox_vm_image_url=" in vmspec.image_url_problem(url), url
 
 
 def test_gpus_accept_names_mappings_and_raw_addresses_only() -> None:
-    assert pve.parse_gpus(["a-gpu", {"mapping": "b-gpu"}, {"host": "0000:41:00.0"}]) == [
-        pve.Gpu(mapping="a-gpu"),
-        pve.Gpu(mapping="b-gpu"),
-        pve.Gpu(host="0000:41:00.0"),
+    assert vmspec.parse_gpus(["a-gpu", {"mapping": "b-gpu"}, {"host": "0000:41:00.0"}]) == [
+        vmspec.Gpu(mapping="a-gpu"),
+        vmspec.Gpu(mapping="b-gpu"),
+        vmspec.Gpu(host="0000:41:00.0"),
     ]
     for bad, why in (
         (["gpu0", "gpu0"], "twice"),
@@ -231,8 +233,8 @@ def test_gpus_accept_names_mappings_and_raw_addresses_only() -> None:
         ([{"mapping": "x", "host": "41:00.0"}], "neither"),
         ([7], "neither"),
     ):
-        with pytest.raises(pve.SpecError, match=why):
-            pve.parse_gpus(bad)
+        with pytest.raises(vmspec.SpecError, match=why):
+            vmspec.parse_gpus(bad)
 
 
 def test_root_only_settings_are_named_with_their_variable() -> None:
@@ -240,7 +242,7 @@ def test_root_only_settings_are_named_with_their_variable() -> None:
         gpudirect_clique=True,
         mmio="ovmf-option",
         mmio64_mb=2097152,
-        gpus=pve.parse_gpus(["m0", {"host": "0000:42:00.0"}]),
+        gpus=vmspec.parse_gpus(["m0", {"host": "0000:42:00.0"}]),
     ).root_only()
     assert len(reasons) == 3
     assert "raw PCI addresses ['0000:42:00.0']" in reasons[0]
@@ -271,17 +273,17 @@ def test_equal_settings_in_the_forms_pve_writes_them_are_not_changes() -> None:
         "digest": "0" * 40,
         "smbios1": "uuid=1",
     }
-    assert pve.config_diff(desired, as_pve_has_it) == ({}, [])
+    assert vmconfig.config_diff(desired, as_pve_has_it) == ({}, [])
 
 
 def test_differences_are_the_changed_keys_and_the_extra_gpus() -> None:
     desired = spec().settings(with_boot=True)
     actual = {**desired, "memory": "524288", "hostpci8": "mapping=other,pcie=1", "args": "-foo", "vga": "std"}
     del actual["hostpci7"]
-    changed, deleted = pve.config_diff(desired, actual)
+    changed, deleted = vmconfig.config_diff(desired, actual)
     assert changed == {"memory": "786432", "hostpci7": "mapping=rtx-pro-6000-7,pcie=1"}
     assert deleted == ["args", "hostpci8"]  # vga is not the role's to remove
-    assert pve.kvm_params(changed) == {"memory": 786432, "hostpci": {"hostpci7": "mapping=rtx-pro-6000-7,pcie=1"}}
+    assert vmconfig.kvm_params(changed) == {"memory": 786432, "hostpci": {"hostpci7": "mapping=rtx-pro-6000-7,pcie=1"}}
 
 
 def test_pending_changes_count_as_the_vms_configuration() -> None:
@@ -291,8 +293,8 @@ def test_pending_changes_count_as_the_vms_configuration() -> None:
         {"key": "hostpci3", "delete": 1},
         {"key": "cores", "value": "8"},
     ]
-    assert pve.effective(config, pending) == {"memory": "786432", "cores": "8"}
-    assert pve.pending_keys(pending) == ["hostpci3", "memory"]
+    assert vmconfig.effective(config, pending) == {"memory": "786432", "cores": "8"}
+    assert vmconfig.pending_keys(pending) == ["hostpci3", "memory"]
 
 
 def test_the_weights_disk_is_found_by_serial_and_unused_disks_are_seen() -> None:
@@ -302,13 +304,13 @@ def test_the_weights_disk_is_found_by_serial_and_unused_disks_are_seen() -> None
         "ide2": "local-lvm:vm-4101-cloudinit,media=cdrom",
         "unused0": "local-lvm:vm-4101-disk-9",
     }
-    (weights,) = pve.find_serial(config, "sglang-weights")
+    (weights,) = vmconfig.find_serial(config, "sglang-weights")
     assert (weights.key, weights.volume, weights.size) == ("scsi1", "local-lvm:vm-4101-disk-3", 1024**4)
-    assert pve.unused_volumes(config) == {"unused0": "local-lvm:vm-4101-disk-9"}
+    assert vmconfig.unused_volumes(config) == {"unused0": "local-lvm:vm-4101-disk-9"}
 
 
 def test_gpu_users_and_mapping_paths_read_pve_forms() -> None:
-    mappings, hosts = pve.gpu_users(
+    mappings, hosts = vmconfig.gpu_users(
         {
             "hostpci0": "mapping=m0,pcie=1",
             "hostpci1": "41:00.0,pcie=1",
@@ -320,38 +322,38 @@ def test_gpu_users_and_mapping_paths_read_pve_forms() -> None:
     mapping = {
         "map": ["id=10de:2bb1,node=pve2,path=0000:01:00.0", "id=10de:2bb1,iommugroup=40,node=pve1,path=0000:41:00.0"]
     }
-    assert pve.mapping_paths(mapping, "pve1") == (["0000:41:00.0"], "10de:2bb1")
-    assert pve.mapping_paths(mapping, "pve3") == ([], "")
+    assert vmconfig.mapping_paths(mapping, "pve1") == (["0000:41:00.0"], "10de:2bb1")
+    assert vmconfig.mapping_paths(mapping, "pve3") == ([], "")
 
 
 def test_privileges_follow_what_the_run_does() -> None:
     vm_spec = spec()
-    create = pve.needs(vm_spec, "pve1", action="create", pve_major=9, download=True, restart=False)
+    create = vmconfig.needs(vm_spec, "pve1", action="create", pve_major=9, download=True, restart=False)
     texts = [n.text() for n in create]
     assert any("VM.Allocate" in t and "/vms/4101" in t for t in texts)
     assert "Mapping.Use on /mapping/pci/rtx-pro-6000-0 (pass the GPU through)" in texts
     assert "SDN.Use on /sdn/zones/localnetwork/vmbr0 (attach the NIC to the bridge)" in texts
     assert any(t.startswith("VM.GuestAgent.Audit or VM.GuestAgent.Unrestricted on /vms/4101") for t in texts)
-    settled = pve.needs(vm_spec, "pve1", action="none", pve_major=8, download=False, restart=False)
+    settled = vmconfig.needs(vm_spec, "pve1", action="none", pve_major=8, download=False, restart=False)
     assert not any("VM.Allocate" in n.text() or "Mapping.Use on" in n.text() for n in settled)
     assert any(n.text().startswith("VM.Monitor on /vms/4101") for n in settled)  # PVE 8's agent privilege
     held: dict[str, set[str]] = {}
     for need in create:
         held.setdefault(need.path, set()).update(need.privs)
-    assert pve.missing(create, held) == []
+    assert vmconfig.missing(create, held) == []
     held["/nodes/pve1"], held["/"] = set(), {"Sys.Audit"}
-    assert [n.privs for n in pve.missing(create, held)] == [("Sys.AccessNetwork",)]
+    assert [n.privs for n in vmconfig.missing(create, held)] == [("Sys.AccessNetwork",)]
     held["/"] |= {"Sys.Modify"}  # download-url's other way in: Sys.Audit + Sys.Modify on /
-    assert pve.missing(create, held) == []
+    assert vmconfig.missing(create, held) == []
     # PVE 8.2+ takes either as well (its API schema, download-url's permissions): a token with only
     # Sys.AccessNetwork on the node is not refused on PVE 8 any more.
-    create8 = pve.needs(vm_spec, "pve1", action="create", pve_major=8, download=True, restart=False)
+    create8 = vmconfig.needs(vm_spec, "pve1", action="create", pve_major=8, download=True, restart=False)
     held8: dict[str, set[str]] = {}
     for need in create8:
         held8.setdefault(need.path, set()).update(need.privs)
-    assert held8["/nodes/pve1"] == {"Sys.AccessNetwork"} and pve.missing(create8, held8) == []
+    assert held8["/nodes/pve1"] == {"Sys.AccessNetwork"} and vmconfig.missing(create8, held8) == []
     held8["/nodes/pve1"], held8["/"] = set(), {"Sys.Audit", "Sys.Modify"}
-    assert pve.missing(create8, held8) == []
+    assert vmconfig.missing(create8, held8) == []
 
 
 def test_reading_the_guests_host_keys_needs_the_agents_file_read() -> None:
@@ -361,25 +363,25 @@ def test_reading_the_guests_host_keys_needs_the_agents_file_read() -> None:
     trusting = spec(trust_host_keys_from_agent=True)
     for action in ("create", "rebuild", "converge", "none"):
         texts = [
-            n.text() for n in pve.needs(trusting, "pve1", action=action, pve_major=9, download=False, restart=False)
+            n.text() for n in vmconfig.needs(trusting, "pve1", action=action, pve_major=9, download=False, restart=False)
         ]
         assert f"VM.GuestAgent.FileRead or VM.GuestAgent.Unrestricted on /vms/4101 ({why})" in texts, action
         texts = [
-            n.text() for n in pve.needs(trusting, "pve1", action=action, pve_major=8, download=False, restart=False)
+            n.text() for n in vmconfig.needs(trusting, "pve1", action=action, pve_major=8, download=False, restart=False)
         ]
         assert f"VM.Monitor on /vms/4101 ({why})" in texts, action
-        off = pve.needs(spec(), "pve1", action=action, pve_major=9, download=False, restart=False)
+        off = vmconfig.needs(spec(), "pve1", action=action, pve_major=9, download=False, restart=False)
         assert not any("FileRead" in n.text() or "host keys" in n.text() for n in off), action
-    absent = pve.needs(trusting, "pve1", action="absent", pve_major=9, download=False, restart=False)
+    absent = vmconfig.needs(trusting, "pve1", action="absent", pve_major=9, download=False, restart=False)
     assert not any("host keys" in n.text() for n in absent)
-    create = pve.needs(trusting, "pve1", action="create", pve_major=9, download=False, restart=False)
+    create = vmconfig.needs(trusting, "pve1", action="create", pve_major=9, download=False, restart=False)
     held: dict[str, set[str]] = {}
     for need in create:
         held.setdefault(need.path, set()).update(need.privs)
     held["/vms/4101"] -= {"VM.GuestAgent.FileRead", "VM.GuestAgent.Unrestricted"}  # VM.GuestAgent.Audit only
-    assert [n.why for n in pve.missing(create, held)] == [why]
-    assert pve.missing(create, {**held, "/vms/4101": held["/vms/4101"] | {"VM.GuestAgent.FileRead"}}) == []
-    assert pve.missing(create, {**held, "/vms/4101": held["/vms/4101"] | {"VM.GuestAgent.Unrestricted"}}) == []
+    assert [n.why for n in vmconfig.missing(create, held)] == [why]
+    assert vmconfig.missing(create, {**held, "/vms/4101": held["/vms/4101"] | {"VM.GuestAgent.FileRead"}}) == []
+    assert vmconfig.missing(create, {**held, "/vms/4101": held["/vms/4101"] | {"VM.GuestAgent.Unrestricted"}}) == []
 
 
 def test_the_guest_address_skips_loopback_interfaces_and_link_local() -> None:
@@ -390,9 +392,9 @@ def test_the_guest_address_skips_loopback_interfaces_and_link_local() -> None:
             "ip-addresses": [{"ip-address": "fe80::1"}, {"ip-address": "2001:db8::5"}, {"ip-address": "192.0.2.10"}],
         },
     ]
-    assert pve.pick_address(interfaces) == "192.0.2.10"
-    assert pve.pick_address(interfaces[:1]) == ""
-    assert pve.static_address("ip=192.0.2.10/24,gw=192.0.2.1") == "192.0.2.10" and pve.static_address("ip=dhcp") == ""
+    assert vmconfig.pick_address(interfaces) == "192.0.2.10"
+    assert vmconfig.pick_address(interfaces[:1]) == ""
+    assert vmspec.static_address("ip=192.0.2.10/24,gw=192.0.2.1") == "192.0.2.10" and vmspec.static_address("ip=dhcp") == ""
 
 
 def test_every_parameter_the_plan_can_produce_is_passed_by_the_role() -> None:
@@ -406,8 +408,8 @@ def test_every_parameter_the_plan_can_produce_is_passed_by_the_role() -> None:
         ci_vendor_snippet="local:snippets/v.yml",
         weights_disk_slot="virtio1",
     )
-    produced = set(pve.create_config(full)) | set(pve.kvm_params(full.settings(with_boot=True)))
-    produced |= set(pve.create_config(spec(weights_disk_slot="sata1")))
+    produced = set(vmconfig.create_config(full)) | set(vmconfig.kvm_params(full.settings(with_boot=True)))
+    produced |= set(vmconfig.create_config(spec(weights_disk_slot="sata1")))
     assert produced <= passed, produced - passed
 
 
@@ -418,7 +420,7 @@ BDFS = [f"0000:{0x41 + i:02x}:00.0" for i in range(8)]
 
 
 class ApiFailure(Exception):
-    """The stand-in's failed call, shaped as sglang_pve_client.PveApiError (status 0: no answer)."""
+    """The stand-in's failed call, shaped as sglang_deploy_pve.client.PveApiError (status 0: no answer)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -447,7 +449,7 @@ def node_answers(storage_type: str = "lvmthin") -> dict[str, Any]:
     """A PVE 9 node with the image, the eight mapped GPUs, room on local-lvm, every privilege; no VM yet."""
     granted = {
         priv
-        for need in pve.needs(spec(), NODE, action="create", pve_major=9, download=True, restart=True, start=True)
+        for need in vmconfig.needs(spec(), NODE, action="create", pve_major=9, download=True, restart=True, start=True)
         for priv in need.privs
     }
     answers: dict[str, Any] = {
@@ -470,7 +472,7 @@ def node_answers(storage_type: str = "lvmthin") -> dict[str, Any]:
     return answers
 
 
-def planner(api: StandInApi, vm: dict[str, Any] | None = None, **connector: Any) -> pve_plan.Planner:
+def planner(api: StandInApi, vm: dict[str, Any] | None = None, **connector: Any) -> vmplan.Planner:
     params = {
         "node": NODE,
         "vm": vm or VM,
@@ -484,9 +486,9 @@ def planner(api: StandInApi, vm: dict[str, Any] | None = None, **connector: Any)
         "api_token_id": "sglang",
         "api_password": None,
     }
-    return pve_plan.Planner(
+    return vmplan.Planner(
         params,
-        pve_plan.Connector(
+        vmplan.Connector(
             **{
                 "connect": lambda _params: api,
                 "error": ApiFailure,
@@ -513,9 +515,9 @@ def test_root_only_options_under_a_token_are_refused_before_logging_in() -> None
         raise AssertionError("the planner logged in")
 
     raw = {**VM, "gpus": [{"host": BDFS[0]}]}
-    with pytest.raises(pve_plan.Refusal, match=r"^host glm5-01: VM 4101 \(glm5-01\) on node pve1: the API token "):
+    with pytest.raises(vmplan.Refusal, match=r"^host glm5-01: VM 4101 \(glm5-01\) on node pve1: the API token "):
         planner(StandInApi({}), raw, connect=connect).run()
-    with pytest.raises(pve_plan.Refusal, match=r"proxmoxer is missing on the control node \(No module named"):
+    with pytest.raises(vmplan.Refusal, match=r"proxmoxer is missing on the control node \(No module named"):
         planner(StandInApi({}), connect=connect, available=False, unavailable_reason="No module named 'x'").run()
 
 
@@ -524,14 +526,14 @@ def test_api_failures_become_refusals_that_name_the_fix() -> None:
     where = re.escape(StandInApi.where)
     for status, fix in ((0, "UNREACHABLE"), (401, "CREDENTIALS")):
         answers["version"] = ApiFailure(status, f"{status} went wrong")
-        with pytest.raises(pve_plan.Refusal, match=f"{status} went wrong.* {where} .*Fix: {fix}$"):
+        with pytest.raises(vmplan.Refusal, match=f"{status} went wrong.* {where} .*Fix: {fix}$"):
             planner(StandInApi(answers)).run()
     answers["version"] = ApiFailure(500, "500 broken")
     with pytest.raises(ApiFailure):  # the module reports it as "the API answered ..."
         planner(StandInApi(answers)).run()
     answers = node_answers()
     answers[f"cluster/mapping/pci/{VM['gpus'][3]}"] = ApiFailure(403, "403 Permission check failed")
-    with pytest.raises(pve_plan.Refusal, match=r"GPU mapping 'rtx-pro-6000-3' \(proxmox_vm_gpus\[3\]\) cannot be"):
+    with pytest.raises(vmplan.Refusal, match=r"GPU mapping 'rtx-pro-6000-3' \(proxmox_vm_gpus\[3\]\) cannot be"):
         planner(StandInApi(answers)).run()
 
 

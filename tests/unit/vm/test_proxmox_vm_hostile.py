@@ -58,13 +58,8 @@ ROOT_LOGIN = {"proxmox_api_user": "root@pam", "proxmox_api_token_id": "", "proxm
     ],
 )
 def test_a_wrong_typed_variable_is_refused_without_printing_a_secret(
-    tmp_path: Path,
-    pve: FakePve,
-    fakepve_cafile: str,
-    ssh_standin: int,
-    sysfs: Path,
-    host_vars: dict[str, Any],
-    node_vars: dict[str, Any],
+    tmp_path: Path, pve: FakePve, fakepve_cafile: str, ssh_standin: int, sysfs: Path,
+    host_vars: dict[str, Any], node_vars: dict[str, Any],
     variable: str,
 ) -> None:
     """Ansible's argument-spec check of the role prints the spec when a variable fails it; the secrets'
@@ -151,13 +146,8 @@ def test_a_wrong_typed_variable_leaves_no_secret_in_the_runs_artifacts(
     ],
 )
 def test_a_hostile_value_is_refused_before_any_request(
-    tmp_path: Path,
-    pve: FakePve,
-    fakepve_cafile: str,
-    ssh_standin: int,
-    sysfs: Path,
-    host_vars: dict[str, Any],
-    node_vars: dict[str, Any],
+    tmp_path: Path, pve: FakePve, fakepve_cafile: str, ssh_standin: int, sysfs: Path,
+    host_vars: dict[str, Any], node_vars: dict[str, Any],
     fragments: list[str],
 ) -> None:
     """Every value that goes to the PVE API (config, cloud-init, request paths) is checked whole, on the
@@ -178,11 +168,7 @@ def test_a_checksum_with_a_trailing_newline_is_refused(
     path = tmp_path / "checksum.yml"
     checksum = "sha512:" + "ab" * 64 + "\n"
     write_inventory(
-        path,
-        pve,
-        fakepve_cafile,
-        ssh_standin,
-        sysfs,
+        path, pve, fakepve_cafile, ssh_standin, sysfs,
         {"proxmox_vm_agent_timeout": 2, "proxmox_vm_image_checksum": checksum},
     )
     run = playbook(tmp_path, path)

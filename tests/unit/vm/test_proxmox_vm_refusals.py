@@ -136,11 +136,7 @@ def test_root_only_options_are_refused_under_a_token(
 ) -> None:
     path = tmp_path / "clique.yml"
     write_inventory(
-        path,
-        pve,
-        fakepve_cafile,
-        ssh_standin,
-        sysfs,
+        path, pve, fakepve_cafile, ssh_standin, sysfs,
         {
             "proxmox_vm_gpudirect_clique": True,
             "proxmox_vm_gpus": GPUS[:7] + [{"host": BDFS[7]}],

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
-from sglang_deploy_host import blockdev
+from sglang_deploy_host.fs import blockdev
 
 SERIAL = "sglang-weights"
 LINK = f"scsi-0QEMU_QEMU_HARDDISK_{SERIAL}"

@@ -6,7 +6,7 @@ Stdlib only, Python >= 3.9, read-only. The proxmox_vm role runs it on the node o
 (library/sglang_pci_vfio.py) before any change, because PVE's API does not say which driver holds a
 device. Also a command line:
 
-    python3 -m sglang_deploy_host.pcidev 0000:41:00.0 0000:42:00.0 [--sysfs /sys] [--json]
+    python3 -m sglang_deploy_host.gpu.pcidev 0000:41:00.0 0000:42:00.0 [--sysfs /sys] [--json]
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def check(addresses: list[str], sysfs: str = "/sys") -> list[DeviceState]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m sglang_deploy_host.pcidev", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python3 -m sglang_deploy_host.gpu.pcidev", description=__doc__.splitlines()[0])
     parser.add_argument("addresses", nargs="+", help="PCI addresses, 0000:41:00.0")
     parser.add_argument("--sysfs", default="/sys")
     parser.add_argument("--json", action="store_true")

@@ -6,11 +6,11 @@ library/sglang_weights.py) import it on the GPU host, where Ansible ships it as 
 same file is a command line on any machine with this package (the control node, or a copy of
 module_utils on PYTHONPATH):
 
-    python3 -m sglang_deploy_host.weights check DIR [--manifest FILE] [--json]   exit 0 complete, 1 incomplete
-    python3 -m sglang_deploy_host.weights manifest DIR [--json]                  a local source's files and sizes
-    python3 -m sglang_deploy_host.weights plan TARGET (--source-dir SRC | --manifest FILE) [--margin-bytes N]
-    python3 -m sglang_deploy_host.weights copy SRC DST --manifest FILE           resumable local copy
-    python3 -m sglang_deploy_host.weights progress DIR --expected-bytes N
+    python3 -m sglang_deploy_host.model.weights check DIR [--manifest FILE] [--json]   exit 0 complete, 1 incomplete
+    python3 -m sglang_deploy_host.model.weights manifest DIR [--json]                  a local source's files and sizes
+    python3 -m sglang_deploy_host.model.weights plan TARGET (--source-dir SRC | --manifest FILE) [--margin-bytes N]
+    python3 -m sglang_deploy_host.model.weights copy SRC DST --manifest FILE           resumable local copy
+    python3 -m sglang_deploy_host.model.weights progress DIR --expected-bytes N
 
 Completeness does not trust a download tool's exit status: every shard named in
 ``model.safetensors.index.json`` must exist with the size its own safetensors header implies
@@ -379,7 +379,7 @@ def _print(data: Any, as_json: bool, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m sglang_deploy_host.weights", description=__doc__.split("\n\n")[0]
+        prog="python3 -m sglang_deploy_host.model.weights", description=__doc__.split("\n\n")[0]
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p_check = sub.add_parser("check", help="is DIR a complete checkpoint (exit 0) or not (exit 1)")
@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(progress(args.directory, args.expected_bytes)))
             return 0
     except WeightsError as exc:
-        print(f"sglang_deploy_host.weights {args.command}: {exc}", file=sys.stderr)
+        print(f"sglang_deploy_host.model.weights {args.command}: {exc}", file=sys.stderr)
         return 2
     return 2  # pragma: no cover - argparse rejects unknown commands
 

@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Dict, Tuple
 
-from .files import PathLike, UnreadableFileError, open_regular_file
+from ..fs.files import PathLike, UnreadableFileError, open_regular_file
 
 # The format allows headers up to 100 MB; a real shard's is kilobytes (GLM-5-NVFP4's largest: ~0.5 MB), and a
 # hostile one of 100 MB would take gigabytes to parse. Larger ones are refused before a byte of them is read.

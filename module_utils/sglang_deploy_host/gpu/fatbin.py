@@ -77,11 +77,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 try:
-    from . import files
-except ImportError:  # run as a script (python3 fatbin.py, even isolated): its sibling file, by path
+    from ..fs import files
+except ImportError:  # run as a script (python3 fatbin.py, even isolated): the fs domain's file, by path
     import importlib.util
 
-    _spec = importlib.util.spec_from_file_location("sglang_deploy_host_files", Path(__file__).with_name("files.py"))
+    _files = Path(__file__).parent.parent / "fs" / "files.py"
+    _spec = importlib.util.spec_from_file_location("sglang_deploy_host_files", _files)
     assert _spec is not None and _spec.loader is not None
     files = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(files)

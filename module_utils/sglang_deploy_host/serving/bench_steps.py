@@ -43,8 +43,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from .endpoint import READY_PATH, SHORT_DEADLINE_S, Endpoint, EndpointError, host_cafile, served_model_name
-from .endpoint import base_url as server_url
+from .endpoint import READY_PATH, SHORT_DEADLINE_S, Endpoint, EndpointError
+from .unit_flags import host_cafile, served_model_name
+from .unit_flags import base_url as server_url
 
 # The sweep's default concurrencies; the server's --max-running-requests caps and tops it.
 DEFAULT_CONCURRENCIES = (1, 8, 16, 32, 64)

@@ -28,7 +28,7 @@ The draft's bytes per GPU under tensor parallelism follow sglang's layers: the M
 (``q_a_proj``, ``kv_a_proj_with_mqa``), the DSA indexer, the router, ``eh_proj`` and every norm are
 replicated on each rank; the experts, ``q_b_proj``, ``kv_b_proj`` and ``o_proj`` are split.
 
-    python3 -m sglang_deploy_host.checkpoint DIR [--json]   exit 0: read (whatever the verdict); 2: not readable
+    python3 -m sglang_deploy_host.model.inspection DIR [--json]   exit 0: read (whatever the verdict); 2: not readable
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import safetensors
-from .files import PathLike, UnreadableFileError, read_regular_file
+from ..fs.files import PathLike, UnreadableFileError, read_regular_file
 
 CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
@@ -500,7 +500,7 @@ def keep(directory: PathLike, verdict_path: PathLike, inspection: Inspection) ->
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The command line of ``sglang-deploy checkpoint`` and ``python3 -m sglang_deploy_host.checkpoint``."""
+    """The command line of ``sglang-deploy checkpoint`` and ``python3 -m sglang_deploy_host.model.inspection``."""
     parser.add_argument("directory", help="the checkpoint directory (config.json, the index, the shards)")
     parser.add_argument("--json", action="store_true", help="print the inspection as one JSON object")
 
@@ -518,7 +518,7 @@ def run(directory: str, as_json: bool) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m sglang_deploy_host.checkpoint", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m sglang_deploy_host.model.inspection", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
     return run(args.directory, args.json)

@@ -478,9 +478,9 @@ def record(results: Sequence[ProbeResult]) -> List[dict]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python3 -m sglang_deploy_host.gate --url URL --model NAME [--env-file F] [--probes FILE] [--json]``:
+    """``python3 -m sglang_deploy_host.serving.gate --url URL --model NAME [--env-file F] [--probes FILE] [--json]``:
     the probes against one server, a line (or a JSON record) each; exit 0 when all pass, 1 when one fails."""
-    parser = argparse.ArgumentParser(prog="python3 -m sglang_deploy_host.gate", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python3 -m sglang_deploy_host.serving.gate", description=main.__doc__)
     parser.add_argument("--url", required=True, help="the server's base URL")
     parser.add_argument("--model", required=True, help="the served model name")
     parser.add_argument("--env-file", help="the unit's EnvironmentFile= holding the API key (else $SGLANG_API_KEY)")

@@ -2,7 +2,7 @@
 and which venvs of the store to keep. Stdlib only.
 
 Two interpreters use this file:
-  * the NEW venv's python runs ``python -m sglang_deploy_host.mlenv check`` (interp.run_module), as
+  * the NEW venv's python runs ``python -m sglang_deploy_host.stack.mlenv check`` (interp.run_module), as
     only that interpreter sees what the venv holds: every pin of the lock installed at exactly that
     version and nothing else, the imports work, torch's CUDA is the lock's, transformers knows the
     model types. It prints a JSON report (with the venv's site-packages); exit 1 when anything is
@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import fatbin
+from ..gpu import fatbin
 from .lockfile import header_fields, normalize, pins
 
 # The submodules this module's check needs in the venv's interpreter (interp.run_module copies them in):
 # itself, what it imports, and what those import.
-CHECK_MODULES = ("mlenv", "lockfile", "fatbin", "files")
+CHECK_MODULES = ("stack.mlenv", "stack.lockfile", "gpu.fatbin", "fs.files")
 
 MARKER = ".sglang-deploy-ml-env.json"
 """The check's report in a venv of the store: its presence marks the venv complete."""

@@ -8,8 +8,8 @@ up to 1 GiB, else its first and last MiB and 1024 MiB-windows spread evenly over
 reads as zeros; a used disk whose signatures were wiped still has data in many of those places). Anything
 else is never formatted. Also a command line:
 
-    python3 -m sglang_deploy_host.blockdev find --serial sglang-weights [--by-id-dir DIR]
-    python3 -m sglang_deploy_host.blockdev probe DEVICE
+    python3 -m sglang_deploy_host.fs.blockdev find --serial sglang-weights [--by-id-dir DIR]
+    python3 -m sglang_deploy_host.fs.blockdev probe DEVICE
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def mkfs(device: str, fstype: str, label: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m sglang_deploy_host.blockdev", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python3 -m sglang_deploy_host.fs.blockdev", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     finder = sub.add_parser("find")
     finder.add_argument("--serial", default="")

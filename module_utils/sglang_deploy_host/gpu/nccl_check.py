@@ -5,7 +5,7 @@ NCCL environment or after a driver/topology change::
 
     sglang-deploy nccl-check -- --env-from-unit sglang --compare-p2p-disable
 
-(that is ``/opt/sglang-deploy/ml-env/bin/python3 -m sglang_deploy_host.nccl_check ...`` with this
+(that is ``/opt/sglang-deploy/ml-env/bin/python3 -m sglang_deploy_host.gpu.nccl_check ...`` with this
 package on the path: it reads unit files with the package's own systemd module).
 One process per GPU (``torch.multiprocessing``, NCCL backend, rendezvous on 127.0.0.1). Each rank fills
 its buffer with ``rank + 1``; after ``all_reduce(SUM)`` every element must equal ``n(n+1)/2``, so a wrong
@@ -31,8 +31,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import files
-from .systemd import environment
+from ..fs import files
+from ..serving.systemd import environment
 
 DEFAULT_SIZES_MIB = (1, 16, 128, 512)
 # An env file or a rendered unit is kilobytes; what is larger is not one.

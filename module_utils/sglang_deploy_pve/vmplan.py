@@ -3,10 +3,10 @@
 Stdlib only, Python >= 3.9. ``Planner`` reads the node through its API - the VM, its pending changes, the
 other guests, GPU mappings and PCI devices, storages, the caller's privileges - checks that the run can do
 what it must, and answers the plan (create, rebuild, converge, none or absent) with community.proxmox's
-proxmox_kvm parameters; it changes nothing. The VM as PVE keys, the diff and the privileges are pve.py.
+proxmox_kvm parameters; it changes nothing. The VM as PVE keys, the diff and the privileges are vmspec.py.
 
 This package cannot import proxmoxer: the module hands the planner the API client of
-module_utils/sglang_pve_client.py as a ``Connector`` (tests hand it a stand-in). Every refusal is a
+module_utils/sglang_deploy_pve/client.py as a ``Connector`` (tests hand it a stand-in). Every refusal is a
 ``Refusal`` whose message starts with host, VM and node; an API error the planner does not turn into one
 is the connector's ``error``, raised on.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
-from . import pve
+from . import vmconfig, vmspec
 
 # Settings a running VM applies at once; any other change waits for the next start.
 HOTPLUG = frozenset(
@@ -47,7 +47,7 @@ class Refusal(Exception):
 
 
 class Client(Protocol):
-    """A logged-in API connection (sglang_pve_client.PveClient)."""
+    """A logged-in API connection (client.PveClient)."""
 
     where: str  # the API and the login, for messages
 
@@ -56,7 +56,7 @@ class Client(Protocol):
 
 @dataclass(frozen=True)
 class Connector:
-    """The way to the node's API (sglang_pve_client's names): ``connect`` logs in with the module's
+    """The way to the node's API (client.py's names): ``connect`` logs in with the module's
     parameters, every failed call raises ``error`` (``status``: the HTTP status, 0 for no answer;
     ``message``), and the two fixes name what to check when the API does not answer or refuses the login."""
 
@@ -78,13 +78,13 @@ class Planner:
         self.node: str = params["node"]
         self.host: str = params["inventory_hostname"] or "?"
         self.vm_raw = dict(params["vm"])
-        self.spec: pve.VmSpec | None = None
+        self.spec: vmspec.VmSpec | None = None
         self.client: Client | None = None
 
     def where(self) -> str:
         # shown(): a name with a line break (refused below) must not break the message in two.
-        vmid, name = pve.shown(self.vm_raw.get("vmid", "?")), pve.shown(self.vm_raw.get("name", "?"))
-        return f"host {self.host}: VM {vmid} ({name}) on node {pve.shown(self.node)}"
+        vmid, name = vmspec.shown(self.vm_raw.get("vmid", "?")), vmspec.shown(self.vm_raw.get("name", "?"))
+        return f"host {self.host}: VM {vmid} ({name}) on node {vmspec.shown(self.node)}"
 
     def refuse(self, message: str) -> None:
         raise Refusal(f"{self.where()}: {message}")
@@ -103,11 +103,11 @@ class Planner:
     def run(self) -> dict[str, Any]:
         p = self.params
         # Every value that goes to the API - in a request's path or body - is checked whole before the first request.
-        problems = [pve.node_problem(self.node), pve.image_url_problem(p["image_url"])]
+        problems = [vmspec.node_problem(self.node), vmspec.image_url_problem(p["image_url"])]
         try:
-            self.spec = spec = pve.VmSpec(**{**self.vm_raw, "gpus": pve.parse_gpus(self.vm_raw.get("gpus") or [])})
-            pve.check_spec(spec)
-        except (pve.SpecError, TypeError) as exc:
+            self.spec = spec = vmspec.VmSpec(**{**self.vm_raw, "gpus": vmspec.parse_gpus(self.vm_raw.get("gpus") or [])})
+            vmspec.check_spec(spec)
+        except (vmspec.SpecError, TypeError) as exc:
             problems.append(str(exc))
         if any(problems):
             self.refuse("; ".join(filter(None, problems)) + ". Nothing was changed.")
@@ -184,21 +184,21 @@ class Planner:
             "gpu_paths": {},
             "notes": [],
             "changed": False,
-            "guest_address": pve.static_address(spec.ci_ipconfig),
+            "guest_address": vmspec.static_address(spec.ci_ipconfig),
         }
         weights = self.weights(config, result) if exists else []
         if p["state"] == "absent":
             return self.plan_absent(result, config, weights, major)
 
-        root = config.get(pve.ROOT_SLOT)
+        root = config.get(vmspec.ROOT_SLOT)
         result["root_disk"] = str(root).split(",")[0] if root else ""
-        actual = pve.effective(config, pending)
+        actual = vmconfig.effective(config, pending)
         desired = spec.settings(with_boot=bool(root) or p["rebuild"])
-        changed, deleted = pve.config_diff(desired, actual) if exists else ({}, [])
+        changed, deleted = vmconfig.config_diff(desired, actual) if exists else ({}, [])
         result["changes"] = {k: {"have": actual.get(k), "want": v} for k, v in changed.items()}
-        result["kvm_update"] = pve.kvm_params(changed)
+        result["kvm_update"] = vmconfig.kvm_params(changed)
         result["delete"] = ",".join(deleted)
-        result["kvm_create"] = pve.create_config(spec)
+        result["kvm_create"] = vmconfig.create_config(spec)
         if not exists:
             action = "create"
         elif p["rebuild"]:
@@ -208,7 +208,7 @@ class Planner:
         else:
             action = "none"
         result["action"] = action
-        waiting = pve.pending_keys(pending)
+        waiting = vmconfig.pending_keys(pending)
         result["restart_needed"] = (
             status == "running" and action != "rebuild" and bool(waiting or set(changed) - HOTPLUG or deleted)
         )
@@ -217,7 +217,7 @@ class Planner:
         # Privileges first: without them, listings come back short and the other checks would mislead.
         restart = result["restart_needed"] and bool(p["restart_allowed"])
         self.check_privileges(
-            pve.needs(
+            vmconfig.needs(
                 spec,
                 self.node,
                 action=action,
@@ -230,7 +230,7 @@ class Planner:
         result["download"] = self.check_image(action)
         if result["download"]:
             self.check_privileges(
-                pve.needs(spec, self.node, action=action, pve_major=major, download=True, restart=restart)
+                vmconfig.needs(spec, self.node, action=action, pve_major=major, download=True, restart=restart)
             )
         self.check_snippet(action, result["notes"])
         result["gpu_paths"] = self.check_gpus(guests)
@@ -239,31 +239,31 @@ class Planner:
 
     # ---------------------------------------------------------------- the weights disk
 
-    def weights(self, config: dict[str, Any], result: dict[str, Any]) -> list[pve.Drive]:
+    def weights(self, config: dict[str, Any], result: dict[str, Any]) -> list[vmconfig.Drive]:
         assert self.spec is not None
         serial = self.spec.weights_disk_serial
-        found = pve.find_serial(config, serial)
+        found = vmconfig.find_serial(config, serial)
         if len(found) > 1:
             self.refuse(
                 f"{len(found)} disks carry the weights serial {serial} ({', '.join(d.key for d in found)}): the guest "
                 "could mount either. Fix: give only the weights disk serial=" + serial
             )
-        if found and found[0].key == pve.ROOT_SLOT:
+        if found and found[0].key == vmspec.ROOT_SLOT:
             self.refuse(
-                f"the disk with the weights serial {serial} is {pve.ROOT_SLOT}, the root disk a rebuild re-images. "
+                f"the disk with the weights serial {serial} is {vmspec.ROOT_SLOT}, the root disk a rebuild re-images. "
                 f"Fix: move the weights to their own disk ({self.spec.weights_disk_slot}) by hand first"
             )
         if found:
             disk = found[0]
             result["weights_disk"] = {"key": disk.key, "volume": disk.volume, "size": disk.size}
-            if disk.size and disk.size < self.spec.weights_disk_gib * pve.GIB:
+            if disk.size and disk.size < self.spec.weights_disk_gib * vmspec.GIB:
                 result["notes"].append(
-                    f"the weights disk {disk.key} ({disk.volume}) has {disk.size // pve.GIB} GiB, "
+                    f"the weights disk {disk.key} ({disk.volume}) has {disk.size // vmspec.GIB} GiB, "
                     f"proxmox_vm_weights_disk_gib asks for {self.spec.weights_disk_gib}: grow it with "
                     f"qm disk resize {self.spec.vmid} {disk.key} {self.spec.weights_disk_gib}G (never shrunk here)"
                 )
             return found
-        unused = pve.unused_volumes(config)
+        unused = vmconfig.unused_volumes(config)
         if unused and self.params["state"] == "present":
             self.refuse(
                 f"no disk carries the weights serial {serial}, but the VM holds detached disks {unused}: one of them "
@@ -275,13 +275,13 @@ class Planner:
         return []
 
     def plan_absent(
-        self, result: dict[str, Any], config: dict[str, Any], weights: list[pve.Drive], major: int
+        self, result: dict[str, Any], config: dict[str, Any], weights: list[vmconfig.Drive], major: int
     ) -> dict[str, Any]:
         assert self.spec is not None
         result["action"] = "absent" if result["exists"] else "none"
         if not result["exists"]:
             return result
-        unused = pve.unused_volumes(config)
+        unused = vmconfig.unused_volumes(config)
         at_risk = [f"{d.key} {d.volume}" for d in weights] + [f"{k} {v}" for k, v in unused.items()]
         if at_risk and not self.params["destroy_weights"]:
             self.refuse(
@@ -292,7 +292,7 @@ class Planner:
                 "to delete them on purpose"
             )
         self.check_privileges(
-            pve.needs(self.spec, self.node, action="absent", pve_major=major, download=False, restart=False)
+            vmconfig.needs(self.spec, self.node, action="absent", pve_major=major, download=False, restart=False)
         )
         return result
 
@@ -352,13 +352,13 @@ class Planner:
                 f"(/var/lib/vz/snippets/{name} for local)"
             )
 
-    def check_privileges(self, needs: list[pve.Need]) -> None:
+    def check_privileges(self, needs: list[vmconfig.Need]) -> None:
         assert self.client is not None
         held: dict[str, set[str]] = {}
         for path in dict.fromkeys(n.path for n in needs):
             answer = self.api("get", "access/permissions", path=path) or {}
             held[path] = {priv for privs in answer.values() for priv, on in dict(privs).items() if on}
-        lacking = pve.missing(needs, held)
+        lacking = vmconfig.missing(needs, held)
         if lacking:
             self.refuse(
                 f"{self.client.where} lacks privileges this run needs: "
@@ -370,13 +370,13 @@ class Planner:
     def check_gpus(self, guests: list[dict[str, Any]]) -> dict[str, list[str]]:
         """Every GPU is on this node with the mapped id and no other running VM holds it."""
         assert self.spec is not None
-        hardware = {pve.full_bdf(d["id"]): d for d in self.api("get", f"nodes/{self.node}/hardware/pci") if d.get("id")}
+        hardware = {vmconfig.full_bdf(d["id"]): d for d in self.api("get", f"nodes/{self.node}/hardware/pci") if d.get("id")}
         paths: dict[str, list[str]] = {}
         ids: dict[str, str] = {}
         for index, gpu in enumerate(self.spec.gpus):
             name = gpu.mapping or gpu.host
             if gpu.host:
-                paths[name] = [pve.full_bdf(gpu.host)]
+                paths[name] = [vmconfig.full_bdf(gpu.host)]
                 continue
             try:
                 mapping = self.api("get", f"cluster/mapping/pci/{gpu.mapping}")
@@ -387,7 +387,7 @@ class Planner:
                     f"{self.node}, the GPU's address) or correct proxmox_vm_gpus, and grant Mapping.Use on "
                     f"/mapping/pci/{gpu.mapping}"
                 )
-            paths[name], ids[name] = pve.mapping_paths(mapping or {}, self.node)
+            paths[name], ids[name] = vmconfig.mapping_paths(mapping or {}, self.node)
             if not paths[name]:
                 self.refuse(
                     f"GPU mapping {gpu.mapping!r} (proxmox_vm_gpus[{index}]) has no device on node {self.node}. "
@@ -432,14 +432,14 @@ class Planner:
             if guest.get("type") != "qemu":
                 continue
             config = self.api("get", f"nodes/{self.node}/qemu/{vmid}/config")
-            mappings, hosts = pve.gpu_users(config)
+            mappings, hosts = vmconfig.gpu_users(config)
             for mapping in sorted(mappings):
                 if mapping in paths:
                     taken.append(f"{mapping} is used by VM {vmid} ({guest.get('name')})")
                     continue
                 if mapping not in other_mappings:
                     try:
-                        other_mappings[mapping] = pve.mapping_paths(
+                        other_mappings[mapping] = vmconfig.mapping_paths(
                             self.api("get", f"cluster/mapping/pci/{mapping}") or {}, self.node
                         )[0]
                     except self.connector.error:
@@ -453,18 +453,18 @@ class Planner:
     def check_storage(self, action: str, config: dict[str, Any], result: dict[str, Any]) -> None:
         assert self.spec is not None
         if action == "create":
-            need = pve.create_bytes(self.spec)
+            need = vmconfig.create_bytes(self.spec)
         elif action == "rebuild":
             # The old root disk is freed before the new one is imported.
-            old = next((d.size for d in pve.drives(config) if d.key == pve.ROOT_SLOT), 0)
-            need = {self.spec.storage: max(self.spec.root_disk_gib * pve.GIB - old, 0)}
+            old = next((d.size for d in vmconfig.drives(config) if d.key == vmspec.ROOT_SLOT), 0)
+            need = {self.spec.storage: max(self.spec.root_disk_gib * vmspec.GIB - old, 0)}
         elif result["add_weights"]:
-            need = {self.spec.weights_disk_storage: self.spec.weights_disk_gib * pve.GIB}
+            need = {self.spec.weights_disk_storage: self.spec.weights_disk_gib * vmspec.GIB}
         else:
             return
         if result["add_weights"] and action != "create":
             need[self.spec.weights_disk_storage] = (
-                need.get(self.spec.weights_disk_storage, 0) + self.spec.weights_disk_gib * pve.GIB
+                need.get(self.spec.weights_disk_storage, 0) + self.spec.weights_disk_gib * vmspec.GIB
             )
         for sid, size in sorted(need.items()):
             try:
@@ -485,14 +485,14 @@ class Planner:
             avail = int(state.get("avail") or 0)
             if avail < size:
                 self.refuse(
-                    f"storage {sid} has {avail / pve.GIB:.1f} GiB free, this {action} needs {size / pve.GIB:.1f} GiB "
+                    f"storage {sid} has {avail / vmspec.GIB:.1f} GiB free, this {action} needs {size / vmspec.GIB:.1f} GiB "
                     "(root disk proxmox_vm_root_disk_gib, weights disk proxmox_vm_weights_disk_gib). Nothing was "
                     "changed. Fix: free space there or point proxmox_vm_storage at a larger storage"
                 )
 
     def net_drift(self, config: dict[str, Any], result: dict[str, Any]) -> None:
         assert self.spec is not None
-        if config and "net0" in config and not pve.same("net0", self.spec.net, config["net0"]):
+        if config and "net0" in config and not vmspec.same("net0", self.spec.net, config["net0"]):
             result["notes"].append(
                 f"net0 is {config['net0']!r}, proxmox_vm_net asks for {self.spec.net!r}: the role does not change a "
                 "NIC of an existing VM (its MAC would change); edit it in PVE if you mean it"

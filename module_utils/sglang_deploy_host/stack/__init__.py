@@ -1,0 +1,1 @@
+"""The software stack on a host: the ml-env venv's check and its lock file."""
