@@ -16,6 +16,7 @@ import pytest
 
 from pathlib import Path
 
+from sglang_deploy_host import interp
 from sglang_deploy_host.serving import systemd
 
 SOURCE = Path(__file__).resolve().parents[2] / "module_utils" / "sglang_deploy_host"
@@ -107,8 +108,9 @@ def test_the_watchdog_units_verify_and_are_hardened(host) -> None:  # type: igno
 def test_the_installed_program_is_the_projects_own(host) -> None:  # type: ignore[no-untyped-def]
     """The watchdog and the modules it imports (interp.package_closure), each the checkout's own file."""
     package = "/usr/local/libexec/sglang-deploy/python/sglang_deploy_host"
-    names = host.run(f"ls {package}").stdout.split()
-    assert {"__init__.py", "watchdog.py", "endpoint.py", "gpufacts.py"} <= set(names), names
+    names = host.run(f"cd {package} && find . -name '*.py' -printf '%P\\n'").stdout.split()
+    closure = {name.replace(".", "/") + ".py" for name in interp.package_closure("watchdog")}
+    assert set(names) == closure and {"watchdog.py", "serving/endpoint.py", "gpu/gpufacts.py"} <= closure, names
     for name in names:
         installed = host.file(f"{package}/{name}")
         assert (installed.user, installed.mode) == ("root", 0o644), name

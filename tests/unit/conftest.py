@@ -97,7 +97,7 @@ def standin(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StandinP
 ALLOWED_SKIP_REASONS = (
     "not a git checkout",  # test_docs: nothing tracked cites a file outside the repository (git ls-files)
     "needs OpenSSH's ssh-keygen",  # test_hostkeys: real host keys to parse
-    "the module makes everything root-owned: run as root",  # test_ml_env_module
+    "the module makes everything root-owned: run as root",  # test_ml_env_module, test_host_files_module
     "chown to another user needs root: run as root",  # test_safepath
     "needs root and a loop device to mount a block device",  # test_proxmox_weights_disk
 )
