@@ -57,6 +57,17 @@ def _imported(current: str, node: ast.ImportFrom) -> "list[str]":
     return [".".join([*target, alias.name]) for alias in node.names]  # from .pkg import a, b: submodules
 
 
+def relative_imports(name: str) -> "list[str]":
+    """The submodules of this package that submodule ``name`` imports relatively (dotted, e.g. ``fs.files``), in
+    the order its source names them."""
+    return [
+        imported
+        for node in ast.walk(ast.parse(source(name)))
+        if isinstance(node, ast.ImportFrom) and node.level >= 1
+        for imported in _imported(name, node)
+    ]
+
+
 def package_closure(name: str) -> "list[str]":
     """``name`` and every submodule it imports relatively, recursively, plus the ``__init__`` of each package
     on the way: the files a copy of this package needs for ``python -m sglang_deploy_host.<name>`` (sorted)."""
@@ -68,9 +79,7 @@ def package_closure(name: str) -> "list[str]":
             continue
         found.add(current)
         found.update(_packages(current))
-        for node in ast.walk(ast.parse(source(current))):
-            if isinstance(node, ast.ImportFrom) and node.level >= 1:
-                pending.extend(_imported(current, node))
+        pending.extend(relative_imports(current))
     return sorted(found)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -28,6 +29,16 @@ ROOT = Path(__file__).resolve().parents[2]
 # its test_proxmox_vm_*.py files.
 pytest_plugins = ["pve_harness"]
 STANDIN = ROOT / "tests" / "standin" / "sglang_server_standin.py"
+
+
+def repository_files(*, untracked: bool = False) -> list[Path]:
+    """The checkout's files as git lists them (regular files, no links): the tracked ones, and with ``untracked``
+    also those git does not ignore. Outside a git checkout the test is skipped (a listed reason)."""
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git checkout")
+    argv = ["git", "ls-files", "-z", *(["-co", "--exclude-standard"] if untracked else [])]
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=60, check=True).stdout
+    return [ROOT / name for name in out.decode().split("\0") if name and (ROOT / name).is_file() and not (ROOT / name).is_symlink()]
 PROFILE = ROOT / "inventory" / "proxmox" / "group_vars" / "sglang_servers" / "sglang_server.yml"
 
 
@@ -95,7 +106,7 @@ def standin(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StandinP
 # lists them. Any other skip fails the run (pytest_sessionfinish below), and scripts/static-checks passes -rs,
 # so every skip is printed with its reason.
 ALLOWED_SKIP_REASONS = (
-    "not a git checkout",  # test_docs: nothing tracked cites a file outside the repository (git ls-files)
+    "not a git checkout",  # test_docs, test_layout: they read the files git lists
     "needs OpenSSH's ssh-keygen",  # test_hostkeys: real host keys to parse
     "the module makes everything root-owned: run as root",  # test_ml_env_module, test_host_files_module
     "chown to another user needs root: run as root",  # test_safepath

@@ -67,15 +67,11 @@ def test_host_code_imports_only_the_standard_library_and_itself(path: Path) -> N
 
 
 def _domain_imports(path: Path) -> list[str]:
-    """The domains of the host package that ``path`` imports relatively."""
-    here = path.relative_to(PACKAGE).parts[:-1]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.level > 0:
-            base = list(here[: len(here) - (node.level - 1)]) if node.level > 1 else list(here)
-            target = [*base, *(node.module.split(".") if node.module else [a.name for a in node.names][:1])]
-            found.append(target[0])
-    return found
+    """The domains of the host package that ``path`` imports relatively, resolved as interp resolves them."""
+    from sglang_deploy_host import interp
+
+    dotted = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+    return [imported.split(".")[0] for imported in interp.relative_imports(dotted)]
 
 
 @pytest.mark.parametrize("domain", DOMAIN_ORDER)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, repository_files
 
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
@@ -209,18 +209,6 @@ def test_the_path_checks_see_what_they_should():
 # --- nothing outside the repository ---------------------------------------------------------------
 
 
-def _tracked_text_files() -> list[Path]:
-    if not (ROOT / ".git").exists() or shutil.which("git") is None:
-        pytest.skip("not a git checkout")
-    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    files = []
-    for name in out.decode().split("\0"):
-        path = ROOT / name
-        if name and path.is_file() and not path.is_symlink():
-            files.append(path)
-    return files
-
-
 def _outside_citations(path: Path, text: str) -> list[str]:
     rel = path.relative_to(ROOT).as_posix()
     found = [f"{rel}: {OUTSIDE_DOC}"] if OUTSIDE_DOC in text else []
@@ -237,7 +225,7 @@ def _outside_citations(path: Path, text: str) -> list[str]:
 
 def test_no_tracked_file_cites_a_file_outside_the_repository():
     cited = []
-    for path in _tracked_text_files():
+    for path in repository_files():
         if path == Path(__file__).resolve():
             continue  # this file spells the patterns to test them (test_the_citation_check_tells_...)
         try:

@@ -6,10 +6,9 @@ package's __init__.py says what the package holds and defines nothing: its logic
 from __future__ import annotations
 
 import ast
-import subprocess
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, repository_files
 
 UNIT = ROOT / "tests" / "unit"
 MAX_LINES = 800
@@ -34,18 +33,14 @@ def test_no_test_file_lies_outside_the_folders_or_grows_past_the_bound() -> None
 
 
 def _code_files() -> list[Path]:
-    """Every Python file of the project outside tests/: the packages, the Ansible plugins and modules, the scripts
-    (those without a .py suffix by their python shebang)."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=60, check=True).stdout.split()  # fmt: skip
-    found = []
-    for name in listed:
-        path = ROOT / name
-        if name.startswith(("tests/", "build/")) or not path.is_file():
-            continue
-        if path.suffix == ".py" or (not path.suffix and path.read_bytes()[:64].startswith(b"#!/usr/bin/env python")):
-            found.append(path)
-    return found
+    """Every Python file of the project outside tests/ (tracked or new): the packages, the Ansible plugins and
+    modules, the scripts (those without a .py suffix by their python shebang)."""
+    return [
+        path
+        for path in repository_files(untracked=True)
+        if path.relative_to(ROOT).parts[0] not in ("tests", "build")
+        and (path.suffix == ".py" or (not path.suffix and path.read_bytes()[:64].startswith(b"#!/usr/bin/env python")))
+    ]
 
 
 def test_no_code_module_grows_past_the_bound() -> None:
