@@ -76,11 +76,22 @@ from typing import Any, Callable, List, Optional, Sequence
 from .serving import endpoint, sglang_launcher, unit_flags
 from .gpu import gpufacts
 from .fs.files import UnreadableFileError, read_regular_file
-from .watch.observe import Budget, generate, gpu_check, kernel_xids, progress, run_in_budget, unit_state, xid_codes
+from .watch.observe import (
+    COMMAND_TIMEOUT_S,
+    METRICS_TIMEOUT_S,
+    NVIDIA_SMI_TIMEOUT_S,
+    Budget,
+    generate,
+    gpu_check,
+    kernel_xids,
+    progress,
+    run_in_budget,
+    unit_state,
+    xid_codes,
+)
 from .watch.model import (
     BUSY,
     CLOCK,
-    COMMAND_TIMEOUT_S,
     Config,
     Decision,
     FAILED,
@@ -91,8 +102,6 @@ from .watch.model import (
     HOUR_S,
     IDLE,
     MAX_SECONDS,
-    METRICS_TIMEOUT_S,
-    NVIDIA_SMI_TIMEOUT_S,
     OK,
     Observation,
     PORT_TAKEN,

@@ -18,45 +18,17 @@ PREFIX = "sglang-watchdog:"
 OK, WAITING, FAILED, RESTART, HELD, RESTART_FAILED = "OK", "WAITING", "CHECK FAILED", "RESTART", "RESTART HELD", "RESTART FAILED"
 GPU_PROBLEM, GPU_XID, REFUSED, IDLE = "GPU PROBLEM", "GPU XID", "REFUSED", "IDLE"
 BUSY, GIVING_UP, PORT_TAKEN, CLOCK = "BUSY", "GIVING UP", "PORT TAKEN", "CLOCK"
-GENERATE_PATH = "/generate"
-GENERATE_PROMPT = "Say OK."
-GENERATE_MAX_NEW_TOKENS = 4
 STATE_MAX_BYTES = 64 * 1024
-# Kernel log lines read per check: an Xid storm is reported by its first lines, and a kernel line is
-# at most ~1 KiB (printk), so this bounds what journalctl hands back.
-KERNEL_LOG_LINES = 1000
-# Each outside command's own bound (the tick's deadline may cut it shorter) and what it may print.
-COMMAND_TIMEOUT_S = 10.0
-COMMAND_MAX_BYTES = 4 * 1024 * 1024
-NVIDIA_SMI_TIMEOUT_S = 60.0
-METRICS_TIMEOUT_S = 10.0
-
-
-# /proc/net/tcp{,6} lists every socket of the host, ~150 bytes each: read at most this much of each.
-PROC_NET_MAX_BYTES = 64 * 1024 * 1024
 # Restart times kept in the state (the hourly cap needs the last hour's).
 RESTART_LOG_MAX = 64
 HOUR_S = 3600.0
 # The largest value any duration or count of the CLI may take (a year of seconds): beyond is a typo.
 MAX_SECONDS = 365 * 24 * 3600.0
-
-
 # NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors): codes after which the GPU needs a reset
 # (or the host a reboot) before it computes again; restarting sglang cannot help.
 # 48 double-bit ECC, 79 fallen off the bus, 95 uncontained ECC, 119/120 GSP RPC timeout / GSP error,
 # 154 recovery action changed (reset or reboot required).
 XID_NEEDS_RESET = frozenset({48, 79, 95, 119, 120, 154})
-XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+)")
-
-
-KEY_FIX = (
-    "the API key in the unit's env file and the server's must be the same: run the role again "
-    "(it writes both), then `systemctl restart` the server if it still runs with an old key"
-)
-REQUEST_FIX = (
-    "the server refuses the watchdog's request (POST /generate, text and sampling_params as sglang's native "
-    "API takes them): check that --url is an sglang server and its version serves /generate"
-)
 SERVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9:_.@-]*\.service")
 
 

@@ -19,23 +19,32 @@ from urllib.parse import urlsplit
 
 from ..serving import endpoint, unit_flags
 from ..gpu import gpufacts
-from .model import (
-    COMMAND_MAX_BYTES,
-    COMMAND_TIMEOUT_S,
-    Config,
-    GENERATE_MAX_NEW_TOKENS,
-    GENERATE_PATH,
-    GENERATE_PROMPT,
-    Generation,
-    KERNEL_LOG_LINES,
-    KEY_FIX,
-    METRICS_TIMEOUT_S,
-    NVIDIA_SMI_TIMEOUT_S,
-    PROC_NET_MAX_BYTES,
-    Progress,
-    REQUEST_FIX,
-    UnitState,
-    XID_LINE,
+from .model import Config, Generation, Progress, UnitState
+
+# What a tick asks the server: one short generation through sglang's native API.
+GENERATE_PATH = "/generate"
+GENERATE_PROMPT = "Say OK."
+GENERATE_MAX_NEW_TOKENS = 4
+# Kernel log lines read per check: an Xid storm is reported by its first lines, and a kernel line is
+# at most ~1 KiB (printk), so this bounds what journalctl hands back.
+KERNEL_LOG_LINES = 1000
+# Each outside command's own bound (the tick's deadline may cut it shorter) and what it may print.
+COMMAND_TIMEOUT_S = 10.0
+COMMAND_MAX_BYTES = 4 * 1024 * 1024
+NVIDIA_SMI_TIMEOUT_S = 60.0
+METRICS_TIMEOUT_S = 10.0
+# /proc/net/tcp{,6} lists every socket of the host, ~150 bytes each: read at most this much of each.
+PROC_NET_MAX_BYTES = 64 * 1024 * 1024
+# The kernel's line for an Xid: the GPU's PCI address and the code.
+XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+)")
+# What a refused generation asks the operator to do.
+KEY_FIX = (
+    "the API key in the unit's env file and the server's must be the same: run the role again "
+    "(it writes both), then `systemctl restart` the server if it still runs with an old key"
+)
+REQUEST_FIX = (
+    "the server refuses the watchdog's request (POST /generate, text and sampling_params as sglang's native "
+    "API takes them): check that --url is an sglang server and its version serves /generate"
 )
 
 
