@@ -9,16 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-try:
-    from sglang_deploy.lanes.catalog import LaneError, load_lane
-    from sglang_deploy.launch.validate_action import ValidateAction
-    from sglang_deploy.launch.validator import validate_flags
-    from sglang_deploy.launch.validator_venv import ValidatorError, ensure_validator_env, torch_source
-except ImportError as exc:
-    raise ImportError(
-        "the sglang_deploy package is not importable by this Ansible's Python. "
-        "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
-    ) from exc
+from sglang_deploy.lanes.catalog import LaneError, load_lane
+from sglang_deploy.launch.validate_action import ValidateAction
+from sglang_deploy.launch.validator import validate_flags
+from sglang_deploy.launch.validator_venv import ValidatorError, ensure_validator_env, torch_source
 
 
 class ActionModule(ValidateAction):

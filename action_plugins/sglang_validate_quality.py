@@ -10,14 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-try:
-    from sglang_deploy.launch.validate_action import ValidateAction
-    from sglang_deploy_host.serving import quality_reference
-except ImportError as exc:
-    raise ImportError(
-        "the sglang_deploy package is not importable by this Ansible's Python. "
-        "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
-    ) from exc
+from sglang_deploy.launch.validate_action import ValidateAction
+from sglang_deploy_host.serving import quality_reference
 
 VARIABLE = "sglang_server_quality_reference"
 

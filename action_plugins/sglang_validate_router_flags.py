@@ -11,16 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-try:
-    from sglang_deploy.fleet.router import PACKAGE, RouterConfigError, flag_argv
-    from sglang_deploy.fleet.router_validator import lock_path, validate_router_argv
-    from sglang_deploy.launch.validate_action import ValidateAction
-    from sglang_deploy.launch.validator_venv import ValidatorError
-except ImportError as exc:
-    raise ImportError(
-        "the sglang_deploy package is not importable by this Ansible's Python. "
-        "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
-    ) from exc
+from sglang_deploy.fleet.router import PACKAGE, RouterConfigError, flag_argv
+from sglang_deploy.fleet.router_validator import lock_path, validate_router_argv
+from sglang_deploy.launch.validate_action import ValidateAction
+from sglang_deploy.launch.validator_venv import ValidatorError
 
 
 class ActionModule(ValidateAction):

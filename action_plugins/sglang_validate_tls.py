@@ -14,14 +14,8 @@ from typing import Any
 
 from ansible.errors import AnsibleError
 
-try:
-    from sglang_deploy.launch.validate_action import ValidateAction
-    from sglang_deploy.serving import tls
-except ImportError as exc:
-    raise ImportError(
-        "the sglang_deploy package is not importable by this Ansible's Python. "
-        "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
-    ) from exc
+from sglang_deploy.launch.validate_action import ValidateAction
+from sglang_deploy.serving import tls
 
 
 class ActionModule(ValidateAction):

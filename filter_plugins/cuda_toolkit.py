@@ -6,13 +6,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from sglang_deploy.lanes import cudaversion
-except ImportError as exc:  # a clear message beats a bare "no filter named cuda_toolkit_package"
-    raise ImportError(
-        "the sglang_deploy package is not importable by this Ansible's Python. "
-        "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
-    ) from exc
+from sglang_deploy.lanes import cudaversion
 
 
 def cuda_toolkit_package(version: object, host: str = "?") -> str:

@@ -6,16 +6,10 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from sglang_deploy.serving import preflight
-    from sglang_deploy_host.gpu import gpufacts
-    from sglang_deploy.lanes.catalog import LaneError, load_lane
-    from sglang_deploy.launch.config import LaunchConfig, LaunchConfigError
-except ImportError as exc:  # a clear message beats a bare "no filter named preflight_problems"
-    raise ImportError(
-        "the sglang_deploy package is not importable by this Ansible's Python. "
-        "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
-    ) from exc
+from sglang_deploy.serving import preflight
+from sglang_deploy_host.gpu import gpufacts
+from sglang_deploy.lanes.catalog import LaneError, load_lane
+from sglang_deploy.launch.config import LaunchConfig, LaunchConfigError
 
 
 def _inputs(

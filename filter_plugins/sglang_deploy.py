@@ -6,15 +6,9 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from sglang_deploy_host.serving import systemd
-    from sglang_deploy.playbook import variables
-    from sglang_deploy.serving import server
-except ImportError as exc:  # a clear message beats a bare "no filter named sglang_server_resolve"
-    raise ImportError(
-        "the sglang_deploy package is not importable by this Ansible's Python. "
-        "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
-    ) from exc
+from sglang_deploy_host.serving import systemd
+from sglang_deploy.playbook import variables
+from sglang_deploy.serving import server
 
 
 def _inputs(values: Any, host: str) -> server.ServerInputs:

@@ -5,13 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-try:
-    from sglang_deploy.observe import doctor
-except ImportError as exc:  # a clear message beats a bare "no filter named sglang_doctor"
-    raise ImportError(
-        "the sglang_deploy package is not importable by this Ansible's Python. "
-        "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
-    ) from exc
+from sglang_deploy.observe import doctor
 
 
 def sglang_doctor(log: Any, plan: Any = None) -> list[dict[str, Any]]:

@@ -7,13 +7,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-try:
-    from sglang_deploy.fleet import router
-except ImportError as exc:  # a clear message beats a bare "no filter named sglang_router_..."
-    raise ImportError(
-        "the sglang_deploy package is not importable by this Ansible's Python. "
-        "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
-    ) from exc
+from sglang_deploy.fleet import router
 
 
 def _call(func: Any, *args: Any, **kwargs: Any) -> Any:

@@ -46,14 +46,8 @@ from typing import Any
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-try:
-    from sglang_deploy.lanes import catalog, lock
-    from sglang_deploy_host.stack import lockfile
-except ImportError as exc:  # a clear message beats a bare "lookup plugin not found"
-    raise ImportError(
-        "the sglang_deploy package is not importable by this Ansible's Python. "
-        "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
-    ) from exc
+from sglang_deploy.lanes import catalog, lock
+from sglang_deploy_host.stack import lockfile
 
 
 def lane_data(name: str, python: str, lock_file: str = "", host: str = "?") -> dict[str, Any]:

@@ -29,13 +29,7 @@ from typing import Any
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-try:
-    from sglang_deploy_host.serving import quality_reference
-except ImportError as exc:  # a clear message beats a bare "lookup plugin not found"
-    raise ImportError(
-        "the sglang_deploy package is not importable by this Ansible's Python. "
-        "Fix: run scripts/setup (or `pip install -e .` in the venv running ansible-playbook)"
-    ) from exc
+from sglang_deploy_host.serving import quality_reference
 
 
 class LookupModule(LookupBase):

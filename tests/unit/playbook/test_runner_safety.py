@@ -132,6 +132,29 @@ def test_the_playbook_itself_refuses_no_serving_hosts(tmp_path: Path) -> None:
     assert "no serving hosts" in done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("shadowed", ["sglang_deploy", "sglang_deploy_host"])
+def test_an_ansible_that_cannot_import_the_package_fails_first_with_the_fix(tmp_path: Path, shadowed: str) -> None:
+    """The plugins import the package plainly; serving_hosts.yml, which every playbook imports first, refuses an
+    Ansible whose Python cannot import it (here: either package shadowed by one that fails to import) before a
+    plugin is used, naming the interpreter and the fix, instead of Ansible's "Skipping plugin" warning."""
+    shadow = tmp_path / "shadow" / shadowed
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('shadowed for the test')\n")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "PYTHONPATH": str(shadow.parent)}  # fmt: skip
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "playbooks/render.yml", "-i", str(_local_inventory(tmp_path))],
+        capture_output=True, text=True, timeout=300, check=False, cwd=ROOT, env=env,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert "Refuse a control node whose Ansible cannot import sglang_deploy" in output, output
+    assert f"control node's ansible-playbook ({sys.executable}) cannot import" in output, output
+    assert "shadowed for the test" in output and "Fix: run scripts/setup" in output, output
+    # Nothing after the check ran: no resolve, no serving-host check.
+    assert "Resolve the serving hosts" not in output and "Refuse a run without serving hosts" not in output, output
+
+
 def test_the_console_script_runs_ansible_without_an_activated_venv(tmp_path: Path) -> None:
     """`.venv/bin/sglang-deploy doctor -i` with a PATH that has no venv: Ansible is still found."""
     script = Path(sys.executable).with_name("sglang-deploy")
