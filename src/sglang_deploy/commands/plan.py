@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -111,35 +113,34 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def build_inputs(
     args: argparse.Namespace,
 ) -> tuple[planner.PlanInputs, list[str], checkpoints.Verdict | None]:
-    """The planner's inputs of the command line: the files and options read here, then the one road render and
-    up take (plan_inputs.py); with ``--checkpoint``, its verdict (a launch it cannot serve is a PlanError)."""
+    """The planner's inputs of the command line, the resolver's road (serving/server.py) with the command line's
+    files and options over it: with ``-i``, the role's own inputs of the host (what the resolver is handed, no
+    secret), its flags merged as the resolver merges them; the launch judged as the resolver's host phase judges
+    it (``server.judge_launch``: the checkpoint - ``--checkpoint``'s headers, else the inventory's known
+    checkpoint - the lane's rules for the GPU, the FP4 kernels; a launch it refuses is a PlanError); then the
+    memory plan's one road (plan_inputs.py)."""
     notes: list[str] = []
-    plan_vars: dict[str, Any] = {}
     lane = args.lane
-    launch = None
     if args.profile is not None and not args.inventory:
         raise planner.PlanError(
             f"--profile {args.profile!r} needs -i: the launch profiles are an inventory's sglang_server_profiles. "
             "Fix: plan -i INVENTORY --profile NAME (e.g. -i inventory/proxmox), or give the profile's flags themselves"
         )
+    where = "this launch"
     if args.inventory:
-        host, host_inputs = host_plan_inputs(args.inventory, args.host)
+        host, inputs = host_server_inputs(args.inventory, args.host)
         notes.append(f"launch flags of {host} from {args.inventory}")
-        profile = args.profile if args.profile is not None else host_inputs.get("profile")
-        lane = lane or host_inputs.get("lane") or DEFAULT_LANE
-        try:
-            launch_flags = server.inventory_flags(
-                host_inputs.get("flags"), profile, host_inputs.get("profiles"), host_inputs.get("flags_override"), lane
-            )
-            launch = LaunchConfig.from_vars(launch_flags, python="python3", lane=lane)
-        except LaunchConfigError as err:
-            raise planner.PlanError(f"host {host}: {err}") from None
-        if profile:
-            notes.append(f"launch profile {profile!r}")
-        plan_vars = host_inputs.get("memory_plan") or {}
-        if not isinstance(plan_vars, dict):
-            raise planner.PlanError(f"host {host}: {PLAN_VAR} must be a mapping, got {type(plan_vars).__name__}")
-    lane = lane or DEFAULT_LANE
+        inputs = replace(inputs, python="python3", lane=lane or inputs.lane or DEFAULT_LANE,
+                         profile=args.profile if args.profile is not None else inputs.profile)  # fmt: skip
+        where = f"host {host}"
+        if inputs.profile:
+            notes.append(f"launch profile {inputs.profile!r}")
+        if not isinstance(inputs.memory_plan or {}, Mapping):
+            raise planner.PlanError(f"host {host}: {PLAN_VAR} must be a mapping, got {type(inputs.memory_plan).__name__}")
+    else:
+        inputs = server.ServerInputs(flags={}, python="python3", lane=lane or DEFAULT_LANE, unit={})
+    lane = inputs.lane
+    plan_vars: dict[str, Any] = dict(inputs.memory_plan or {})
     # The command line's flags over the inventory's (in any lane's spelling: the table renders them for the lane).
     given = {
         name.replace("_", "-"): getattr(args, name)
@@ -149,31 +150,38 @@ def build_inputs(
     if args.tp_size is not None:
         given["tp-size"] = args.tp_size
     try:
-        launch = (launch or LaunchConfig.from_vars({}, python="python3", lane=lane)).amended(flags=given)
+        launch_flags = server.inventory_flags(inputs.flags, inputs.profile, inputs.profiles, inputs.flags_override, lane)
+        launch = LaunchConfig.from_vars(launch_flags, python=inputs.python, lane=lane).amended(flags=given)
     except LaunchConfigError as err:
-        raise planner.PlanError(str(err)) from None
+        raise planner.PlanError(f"{where}: {err}" if args.inventory else str(err)) from None
     stack_lane = load_lane(lane)
     check_choices(launch, stack_lane)
-    verdict = _inspect(args.checkpoint) if args.checkpoint else None
-    if verdict is not None and not args.model_config and not args.architecture and not plan_vars.get("architecture"):
+    found = _inspect(args.checkpoint) if args.checkpoint else None
+    if found is not None and not args.model_config and not args.architecture and not plan_vars.get("architecture"):
         args.model_config = str(Path(args.checkpoint) / inspector.CONFIG_NAME)
+    gpu_facts = _read_json(args.gpu_facts, "--gpu-facts") if args.gpu_facts else None
+    sm_major = args.sm_major
+    if sm_major is None:
+        sm_major = planner.gpu_facts_summary(gpu_facts).get("sm_major") if gpu_facts else plan_vars.get("sm_major")
+    try:
+        judged = server.judge_launch(inputs, launch, stack_lane, sm_major=sm_major, checkpoint=found,
+                                     origin=None if args.inventory else "this launch")  # fmt: skip
+    except LaunchConfigError as err:
+        raise planner.PlanError(f"{where}: {err}" if args.inventory else str(err)) from None
     overrides: dict[str, Any] = {}
     for name in _FLAG_FIELDS:
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = tuple(value) if isinstance(value, list) else value
     tp = int(overrides.get("tp_size") or launch.tp_size)
-    draft: dict[str, float] = {}
-    if verdict is not None:
-        refused = checkpoints.problems(launch, verdict, where="this launch", lane=stack_lane)
-        if refused:
-            raise planner.PlanError("; ".join(refused))
-        draft = checkpoints.draft_memory(verdict, tp) if checkpoints.self_drafting(launch) else {}
+    verdict, draft = judged.verdict, judged.draft
+    if found is not None and verdict is not None:
         notes.append(
             f"checkpoint {args.checkpoint}: {verdict.detail}; speculative decoding: {verdict.speculative}"
             + (f"; the draft loads {draft['draft_weights_gib_per_gpu']:.3f} GiB per GPU at TP {tp} (its headers' bytes, "
                f"its own embedding and head {draft['draft_embedding_gib_per_gpu']:.3f} of them)" if draft else "")
         )  # fmt: skip
+    notes += [f"WARNING {warning}" for warning in judged.warnings]
     if args.safetensors_index and args.weights_gib_per_gpu is None:
         index = _read_json(args.safetensors_index, "--safetensors-index")
         overrides["weights_gib_per_gpu"] = round(planner.weights_gib_from_index(index, tp), 3)
@@ -181,25 +189,24 @@ def build_inputs(
             f"weights {overrides['weights_gib_per_gpu']} GiB/GPU = index total_size / tp {tp}: a "
             "lower bound (replicated layers and load buffers add to it)"
         )
-    where = f" ({PLAN_VAR} of the inventory's host has no gpu_memory_mib)" if args.inventory else ""
+    missing_where = f" ({PLAN_VAR} of the inventory's host has no gpu_memory_mib)" if args.inventory else ""
     sources = plan_inputs.PlanSources(
         launch=launch.settings, lane=lane, plan_vars=plan_vars, count_used_memory=True,
-        gpu_facts=_read_json(args.gpu_facts, "--gpu-facts") if args.gpu_facts else None,
-        architecture=args.architecture, model_config=_model_config(args), sm_major=args.sm_major,
+        gpu_facts=gpu_facts, architecture=args.architecture, model_config=_model_config(args), sm_major=args.sm_major,
         draft=draft, overrides=overrides,
     )  # fmt: skip
-    inputs, road_notes = plan_inputs.plan_inputs(
+    inputs_for_plan, road_notes = plan_inputs.plan_inputs(
         sources,
-        no_memory_fix=f"pass --gpu-memory-mib{where} (nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits "
+        no_memory_fix=f"pass --gpu-memory-mib{missing_where} (nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits "
         "on the GPU host) or --gpu-facts FILE" + (f", or set gpu_memory_mib in {PLAN_VAR}" if args.inventory else ""),
     )
     notes += road_notes
-    if inputs.weights_gib_per_gpu is None or inputs.kv_bytes_per_token is None:
+    if inputs_for_plan.weights_gib_per_gpu is None or inputs_for_plan.kv_bytes_per_token is None:
         notes.append(
             "kv_tokens not computed: give --weights-gib-per-gpu (or --safetensors-index) and "
             "--kv-bytes-per-token (or --model-config / --architecture)"
         )
-    return inputs, notes, verdict
+    return inputs_for_plan, notes, verdict if found is not None else None
 
 
 def _model_config(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -216,9 +223,9 @@ def _model_config(args: argparse.Namespace) -> dict[str, Any] | None:
     return config
 
 
-def _inspect(path: str) -> checkpoints.Verdict:
+def _inspect(path: str) -> inspector.Inspection:
     try:
-        return checkpoints.from_inspection(inspector.inspect(path))
+        return inspector.inspect(path)
     except inspector.CheckpointError as err:
         raise planner.PlanError(f"--checkpoint {path}: {err}") from None
 
@@ -260,15 +267,15 @@ _FLAG_FIELDS = (
 )
 
 
-# The planner's inputs of one host as playbooks/plan_inputs.yml writes them: a few KB.
+# The resolver's inputs of one host as playbooks/plan_inputs.yml writes them: a few KB.
 HOST_INPUTS_MAX_BYTES = 4 << 20
 
 
-def host_plan_inputs(inventory: str, host: str | None) -> tuple[str, dict[str, Any]]:
-    """One serving host's planner inputs as render and up see them: playbooks/plan_inputs.yml renders the
-    role's own inputs (defaults, inventory, every template; the variable check first) into a private
-    directory. A broken inventory, or one whose serving group does not hold the host, raises
-    runner.InventoryError (exit 2) instead of planning for nothing."""
+def host_server_inputs(inventory: str, host: str | None) -> tuple[str, server.ServerInputs]:
+    """One serving host's resolver inputs (``server.ServerInputs``) as render and up hand them over, without its
+    secrets: playbooks/plan_inputs.yml renders the role's own inputs (defaults, inventory, every template; the
+    variable check first) into a private directory. A broken inventory, or one whose serving group does not hold
+    the host, raises runner.InventoryError (exit 2) instead of planning for nothing."""
     hosts = runner.serving_hosts([inventory], limit=host)
     if len(hosts) != 1:
         raise planner.PlanError(
@@ -289,8 +296,11 @@ def host_plan_inputs(inventory: str, host: str | None) -> tuple[str, dict[str, A
         except (OSError, ValueError, files.UnreadableFileError) as err:
             raise planner.PlanError(f"reading {hosts[0]} from {inventory}: {path}: {err}") from None
     if not isinstance(data, dict):
-        raise planner.PlanError(f"reading {hosts[0]} from {inventory}: not the planner's inputs")
-    return hosts[0], data
+        raise planner.PlanError(f"reading {hosts[0]} from {inventory}: not the resolver's inputs")
+    try:
+        return hosts[0], server.ServerInputs.from_vars(data)
+    except server.ResolveError as err:
+        raise planner.PlanError(f"reading {hosts[0]} from {inventory}: {err}") from None
 
 
 def check_choices(launch: LaunchConfig, lane: Lane) -> None:

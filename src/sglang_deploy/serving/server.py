@@ -6,6 +6,13 @@ published as the fact ``sglang_server_resolved`` (roles/sglang_server/tasks/reso
 template, ``render``, ``validate``, preflight, bench, verify, the rolling restart, the router's
 worker list and the Prometheus targets all read that fact instead of merging flags themselves.
 
+One resolver in two phases (docs/architecture.md, "The walk of one flag"): from the inventory alone
+on the control node (playbooks/resolve.yml: no GPU facts, the known checkpoints judge), then on the host
+with what only it can say (its GPUs, the ml-env's venv, the weights' headers), again only when that
+changed (playbook/resolution.py). ``sglang-deploy plan`` is a view of it: it takes the same inputs
+(``plan -i``), merges the flags with :func:`inventory_flags`, judges the launch with :func:`judge_launch`
+and plans the memory on the same road (plan_inputs.py), with its command line over them.
+
 What happens, in order (each step's rule lives in the module named):
   1. flags: ``sglang_server_flags``, the launch profile, ``sglang_server_flags_override``
      (launch.py: replaced keys keep their place, new keys go last, null removes);
@@ -33,6 +40,7 @@ from typing import Any
 
 from sglang_deploy_host.serving import quality, quality_reference, systemd, unit_flags
 from sglang_deploy_host.gpu import gpufacts
+from sglang_deploy_host.model import inspection as inspector
 from sglang_deploy_host import watchdog as host_watchdog
 from sglang_deploy_host.watch import model as watch_model
 from sglang_deploy.launch import checkpoints, flagtable, fp4_gemm, lane_rules
@@ -51,7 +59,6 @@ from sglang_deploy.launch.config import (
     profile_flags,
 )
 
-"""The env file variable holding ``sglang_server_api_key``; ``--api-key`` reads it in-process."""
 STATES = ("started", "stopped", "installed")
 
 
@@ -235,17 +242,11 @@ def _resolve(
     # memory plan.
     lane = _lane(inputs.lane)
     sm_major = planner.gpu_facts_summary(facts).get("sm_major") if facts else (inputs.memory_plan or {}).get("sm_major")
-    verdict, warnings, draft = _judge_checkpoint(inputs, config, lane, checkpoint)
-    quantization = verdict.inspection.quantization if verdict is not None and verdict.inspection is not None else None
-    architecture = (inputs.memory_plan or {}).get("architecture")
-    problem = lane_rules.problem(lane, config.settings, sm_major, architecture=str(architecture) if architecture else None)
-    if problem is None and fp4_gemm.runs_fp4_gemms(config, quantization):
-        problem = fp4_gemm.problem(lane, config, sm_major)
-    if problem:
-        raise LaunchConfigError(problem)
+    judged = judge_launch(inputs, config, lane, sm_major=sm_major, checkpoint=checkpoint)
+    verdict, warnings = judged.verdict, judged.warnings
     # 3. the memory plan
     pending: list[str] = []
-    plan = _memory_plan(inputs, config, facts, pending, draft)
+    plan = _memory_plan(inputs, config, facts, pending, judged.draft)
     # 4. the role's own additions
     additions: dict[str, Any] = {}
     if inputs.api_key:
@@ -375,8 +376,46 @@ def _url_host(url: str) -> str:
     return tls.client_name(str(urllib.parse.urlsplit(url).hostname))
 
 
+@dataclass(frozen=True)
+class LaunchJudgment:
+    """What the served checkpoint, the GPU's kernels and the lane's rules say of a launch they let start."""
+
+    verdict: checkpoints.Verdict | None
+    warnings: list[str]
+    # A self-drafting launch's draft as the memory planner takes it (checkpoints.draft_memory); {} otherwise.
+    draft: dict[str, float]
+
+
+def judge_launch(
+    inputs: ServerInputs,
+    config: LaunchConfig,
+    lane: Lane,
+    *,
+    sm_major: int | None,
+    checkpoint: inspector.Inspection | Mapping[str, Any] | None,
+    origin: str | None = None,
+) -> LaunchJudgment:
+    """The host phase's refusals before the memory plan, for :func:`resolve` and ``sglang-deploy plan`` alike: the
+    checkpoint (its inspection, else the known checkpoints for ``inputs.checkpoint_repo``), the lane's rules for
+    the GPU (``sm_major``, None when unknown) and the FP4 GEMM kernels. LaunchConfigError for a launch that
+    cannot be served, naming ``origin`` (default: the variable that set the flag)."""
+    verdict, warnings, draft = _judge_checkpoint(inputs, config, lane, checkpoint, origin)
+    quantization = verdict.inspection.quantization if verdict is not None and verdict.inspection is not None else None
+    architecture = (inputs.memory_plan or {}).get("architecture")
+    problem = lane_rules.problem(lane, config.settings, sm_major, architecture=str(architecture) if architecture else None)
+    if problem is None and fp4_gemm.runs_fp4_gemms(config, quantization):
+        problem = fp4_gemm.problem(lane, config, sm_major)
+    if problem:
+        raise LaunchConfigError(problem)
+    return LaunchJudgment(verdict=verdict, warnings=warnings, draft=draft)
+
+
 def _judge_checkpoint(
-    inputs: ServerInputs, config: LaunchConfig, lane: Lane, inspection: Mapping[str, Any] | None
+    inputs: ServerInputs,
+    config: LaunchConfig,
+    lane: Lane,
+    inspection: inspector.Inspection | Mapping[str, Any] | None,
+    origin: str | None,
 ) -> tuple[checkpoints.Verdict | None, list[str], dict[str, float]]:
     """The served checkpoint against the launch (checkpoints.py): the verdict, the warnings, and the draft's
     real memory for the planner; LaunchConfigError for a launch the checkpoint cannot serve."""
@@ -385,7 +424,7 @@ def _judge_checkpoint(
         verdict = checkpoints.from_inspection(inspection) if inspection else checkpoints.from_known(repo, revision)
     except TypeError as err:
         raise LaunchConfigError(f"the checkpoint's inspection is not one this version reads ({err})") from None
-    where = _origin(inputs, "speculative-algorithm")
+    where = origin or _origin(inputs, "speculative-algorithm")
     problems = checkpoints.problems(config, verdict, where=where, lane=lane)
     if problems:
         raise LaunchConfigError("; ".join(problems))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -161,6 +163,30 @@ def test_plan_works_on_the_shipped_inventory_as_it_is() -> None:
     assert plan["kv_tokens"] > 400_000
 
 
+def test_plan_is_a_view_of_the_resolver_refusing_what_render_refuses(tmp_path: Path) -> None:
+    """plan -i plans from the resolver's own inputs and judges the launch with its host phase's judge: tuned-mtp on
+    the default checkpoint (known to ship no draft layer) is refused by plan in render's words; on the restored
+    checkpoint both accept it, and plan's fraction is the one render writes into the unit."""
+    refused = _cli("plan", "-i", str(_inventory(tmp_path / "default")), "--profile", "tuned-mtp")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "host glm5-01: sglang_server_profile 'tuned-mtp' drafts with" in refused.stderr, refused.stderr
+    assert "lukealonso/GLM-5-NVFP4 (known checkpoint" in refused.stderr and "draft layer 78" in refused.stderr
+    rendered = _cli("render", "-i", str(_inventory(tmp_path / "render-default", {"sglang_server_profile": "tuned-mtp"})),
+                    "--out", str(tmp_path / "refused"), "--no-validate")  # fmt: skip
+    assert rendered.returncode != 0 and "sglang_server_profile 'tuned-mtp' drafts with" in rendered.stdout + rendered.stderr
+    inventory = _inventory(tmp_path / "mtp", {"sglang_server_profile": "tuned-mtp", "hf_model_repo": "festr2/GLM-5-NVFP4-MTP"})
+    planned = _cli("plan", "-i", str(inventory), "--json")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    plan = json.loads(planned.stdout)
+    assert plan["inputs"]["speculative_algorithm"] == "EAGLE", plan["inputs"]
+    out = tmp_path / "out"
+    rendered = _cli("render", "-i", str(inventory), "--out", str(out), "--no-validate")
+    assert rendered.returncode == 0, rendered.stdout + rendered.stderr
+    unit = (out / "glm5-01" / "sglang.service").read_text()
+    fraction = re.search(r"--mem-fraction-static (\S+)", unit)
+    assert fraction is not None and float(fraction.group(1)) == plan["recommended_mem_fraction_static"], unit
+
+
 def test_plan_without_a_gpu_size_names_the_inventory_variable(tmp_path: Path) -> None:
     inventory = _inventory(tmp_path)
     profile = inventory / "group_vars" / "sglang_servers" / "sglang_server.yml"
@@ -174,7 +200,6 @@ def test_plan_without_a_gpu_size_names_the_inventory_variable(tmp_path: Path) ->
 
 def test_the_inventorys_revision_lookup_runs_from_the_projects_venv(tmp_path: Path) -> None:
     """The command hf_model.yml suggests, pointed at a local stand-in of the hub's model API."""
-    import json
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 

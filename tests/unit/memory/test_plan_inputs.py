@@ -91,7 +91,10 @@ def test_a_profile_of_the_wrong_shape_is_one_error(tmp_path: Path, group_vars: d
 def test_a_draft_or_any_size_beyond_any_gpu_is_one_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = yaml.safe_load((ROOT / "inventory/proxmox/group_vars/sglang_servers/sglang_server.yml").read_text())
     plan_vars = {**data["sglang_server_memory_plan"], "draft_weights_gib_per_gpu": 1e30}
-    err = _one_line(_plan("-i", str(_inventory(tmp_path, sglang_server_memory_plan=plan_vars)), "--profile", "tuned-mtp"))
+    # The restored checkpoint: plan judges the launch as render does, and tuned-mtp on the default one (no draft layer)
+    # is refused before any size is read.
+    inventory = _inventory(tmp_path, sglang_server_memory_plan=plan_vars, hf_model_repo="festr2/GLM-5-NVFP4-MTP")
+    err = _one_line(_plan("-i", str(inventory), "--profile", "tuned-mtp"))
     assert "draft_weights_gib_per_gpu = 1e+30 must be a number >= 0 and at most 1e+12" in err
     rc = cli.main(["plan", *SEED_BOX, "--max-total-tokens", str(10**400)])
     out = capsys.readouterr()

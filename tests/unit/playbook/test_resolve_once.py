@@ -121,3 +121,46 @@ def test_a_resolution_carries_its_basis_and_no_secret() -> None:
     values = server.ServerInputs.from_vars(server_inputs.inputs())
     assert resolved["basis"] == server.basis(values, gpus) != server.basis(values)
     assert server_inputs.API_KEY not in json.dumps(resolved)
+
+
+def test_a_bare_first_up_resolves_the_host_once_and_a_re_up_once(tmp_path: Path) -> None:
+    """As site.yml: the inventory phase (playbooks/resolve.yml), then on the host before preflight (host.yml) and in
+    the role before the unit. On a bare OS the host read before preflight finds no driver and no weights: nothing the
+    inventory phase lacked, so no resolve; once the driver and the weights arrive, the role resolves once. A re-up
+    resolves on the host before preflight (its GPUs and headers are there) and not again in the role."""
+    standin_bin = tmp_path / "bin"
+    standin_bin.mkdir()
+    model = tmp_path / "models" / "tiny"
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        f"all:\n  hosts:\n    gpu-01:\n      ansible_connection: local\n      ansible_python_interpreter: {sys.executable}\n"
+    )
+    env = {"PATH": f"{standin_bin}:{os.environ['PATH']}",
+           "NVIDIA_SMI_FIXTURE_DIR": str(ROOT / "tests/fixtures/nvidia-smi/rtx-pro-6000-8gpu-passthrough")}  # fmt: skip
+    host_vars = {
+        "sglang_server_flags": {"model-path": str(model), "tp-size": 8, "mem-fraction-static": "auto",
+                                "max-running-requests": 64, "kv-cache-dtype": "auto"},
+        "sglang_server_api_key": "",
+        "sglang_server_memory_plan": {"weights_gib_per_gpu": 60.95, "architecture": "glm-5"},
+    }  # fmt: skip
+    resolve = {"ansible.builtin.include_role": {"name": "sglang_server", "tasks_from": "resolve"}}
+    inventory_phase = {"hosts": "all", "gather_facts": False, "vars": host_vars,
+                       "tasks": [{"name": "Inventory phase", **resolve, "vars": {"sglang_server_resolve_gpu_facts": False}}]}  # fmt: skip
+    install = [
+        {"name": "The driver arrives", "ansible.builtin.file": {
+            "src": str(ROOT / "tests" / "standin" / "nvidia-smi"), "dest": str(standin_bin / "nvidia-smi"), "state": "link"}},
+        {"name": "The weights arrive", "ansible.builtin.command": {
+            "argv": [sys.executable, str(ROOT / "tests" / "fixtures" / "tiny_checkpoint.py"), str(model)],
+            "creates": str(model / "config.json")}},
+    ]  # fmt: skip
+    show = {"ansible.builtin.debug": {"msg": "PLANNED {{ sglang_server_resolved.memory_plan.mem_fraction_static }} "
+                                             "CHECKPOINT {{ sglang_server_resolved.checkpoint.inspected }}"}}  # fmt: skip
+    host_phase = {"hosts": "all", "gather_facts": True, "vars": host_vars,
+                  "tasks": [{"name": "Before preflight", **resolve}, *install, {"name": "Before the unit", **resolve}, show]}  # fmt: skip
+    output, calls = _run(tmp_path, inventory, [inventory_phase, host_phase], **env)
+    # One from the inventory, one on the host: the first host read had nothing the inventory phase lacked.
+    assert calls == {"gpu-01": 2}, (calls, output)
+    assert "PLANNED 0." in output and "CHECKPOINT True" in output, output
+    output, calls = _run(tmp_path, inventory, [inventory_phase, host_phase], **env)
+    assert calls == {"gpu-01": 2}, (calls, output)
+    assert "PLANNED 0." in output and "CHECKPOINT True" in output, output
