@@ -164,3 +164,43 @@ def test_a_bare_first_up_resolves_the_host_once_and_a_re_up_once(tmp_path: Path)
     output, calls = _run(tmp_path, inventory, [inventory_phase, host_phase], **env)
     assert calls == {"gpu-01": 2}, (calls, output)
     assert "PLANNED 0." in output and "CHECKPOINT True" in output, output
+
+
+def test_the_resolve_before_preflight_and_preflight_judge_one_read_of_the_gpus(tmp_path: Path) -> None:
+    """As playbooks/host.yml: preflight's `facts` entry point reads the GPUs, /dev/shm and the weights' disk once; the
+    sglang_server resolve (sglang_server_gpu_facts) and the checks (preflight_gpu_facts) take that read, so nvidia-smi
+    answers one read's queries, not two; the GPU checks before a (re)start (preflight tasks_from gpu) read afresh."""
+    inventory, env = _local_gpu_host(tmp_path)
+    env["NVIDIA_SMI_FIXTURE_DIR"] = str(ROOT / "tests/fixtures/nvidia-smi/rtx-pro-6000-8gpu-passthrough")
+    smi_log = tmp_path / "nvidia-smi.log"
+    env["NVIDIA_SMI_STANDIN_LOG"] = str(smi_log)
+    host_vars = {
+        "sglang_server_flags": {"tp-size": 8, "mem-fraction-static": "auto", "max-running-requests": 64,
+                                "kv-cache-dtype": "auto"},
+        "sglang_server_api_key": "", "sglang_server_p2p_adjust": True,
+        "sglang_server_memory_plan": {"weights_gib_per_gpu": 60.95, "architecture": "glm-5"},
+        "preflight_weights_path": str(tmp_path), "preflight_shm_min_free_mib": 1,
+    }  # fmt: skip
+    facts = {"name": "Read once", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "facts"}}
+    resolve = {"name": "Resolve with that read", "ansible.builtin.include_role": {"name": "sglang_server", "tasks_from": "resolve"},
+               "vars": {"sglang_server_gpu_facts": "{{ preflight_host_facts }}"}}  # fmt: skip
+    checks = {"name": "Check with that read", "ansible.builtin.include_role": {"name": "preflight"},
+              "vars": {"preflight_gpu_facts": "{{ preflight_host_facts }}"}}  # fmt: skip
+    show = {"ansible.builtin.debug": {"msg": "PLANNED {{ sglang_server_resolved.memory_plan.mem_fraction_static }} "
+                                             "ADJUSTED {{ sglang_server_resolved.adjustments.flags | list | join(',') }}"}}  # fmt: skip
+    play = [{"hosts": "all", "gather_facts": False, "vars": host_vars, "tasks": [facts]}]
+    _run(tmp_path, inventory, play, **env)
+    one_read = len(smi_log.read_text().splitlines())
+    assert one_read > 0
+    smi_log.write_text("")
+    play = [{"hosts": "all", "gather_facts": False, "vars": host_vars, "tasks": [facts, resolve, checks, show]}]
+    output, calls = _run(tmp_path, inventory, play, **env)
+    assert calls == {"gpu-01": 1}, (calls, output)
+    # The resolve judged the read's GPUs (the plan and the P2P adjustment need them), and nothing read them again.
+    assert "PLANNED 0." in output and "ADJUSTED disable-custom-all-reduce" in output, output
+    assert len(smi_log.read_text().splitlines()) == one_read, (smi_log.read_text(), output)
+    smi_log.write_text("")
+    gpu_checks = {"name": "GPU checks before a start", "ansible.builtin.include_role": {"name": "preflight", "tasks_from": "gpu"}}
+    play = [{"hosts": "all", "gather_facts": False, "vars": host_vars, "tasks": [facts, resolve, gpu_checks]}]
+    _run(tmp_path, inventory, play, **env)
+    assert len(smi_log.read_text().splitlines()) == 2 * one_read, smi_log.read_text()
