@@ -126,17 +126,18 @@ def build_inputs(
             f"--profile {args.profile!r} needs -i: the launch profiles are an inventory's sglang_server_profiles. "
             "Fix: plan -i INVENTORY --profile NAME (e.g. -i inventory/proxmox), or give the profile's flags themselves"
         )
-    where = "this launch"
+    # What a refusal names first: the inventory's host ("" for flags given on the command line).
+    host_prefix = ""
     if args.inventory:
         host, inputs = host_server_inputs(args.inventory, args.host)
         notes.append(f"launch flags of {host} from {args.inventory}")
         inputs = replace(inputs, python="python3", lane=lane or inputs.lane or DEFAULT_LANE,
                          profile=args.profile if args.profile is not None else inputs.profile)  # fmt: skip
-        where = f"host {host}"
+        host_prefix = f"host {host}: "
         if inputs.profile:
             notes.append(f"launch profile {inputs.profile!r}")
         if not isinstance(inputs.memory_plan or {}, Mapping):
-            raise planner.PlanError(f"host {host}: {PLAN_VAR} must be a mapping, got {type(inputs.memory_plan).__name__}")
+            raise planner.PlanError(f"{host_prefix}{PLAN_VAR} must be a mapping, got {type(inputs.memory_plan).__name__}")
     else:
         inputs = server.ServerInputs(flags={}, python="python3", lane=lane or DEFAULT_LANE, unit={})
     lane = inputs.lane
@@ -153,21 +154,20 @@ def build_inputs(
         launch_flags = server.inventory_flags(inputs.flags, inputs.profile, inputs.profiles, inputs.flags_override, lane)
         launch = LaunchConfig.from_vars(launch_flags, python=inputs.python, lane=lane).amended(flags=given)
     except LaunchConfigError as err:
-        raise planner.PlanError(f"{where}: {err}" if args.inventory else str(err)) from None
+        raise planner.PlanError(f"{host_prefix}{err}") from None
     stack_lane = load_lane(lane)
     check_choices(launch, stack_lane)
     found = _inspect(args.checkpoint) if args.checkpoint else None
     if found is not None and not args.model_config and not args.architecture and not plan_vars.get("architecture"):
         args.model_config = str(Path(args.checkpoint) / inspector.CONFIG_NAME)
     gpu_facts = _read_json(args.gpu_facts, "--gpu-facts") if args.gpu_facts else None
-    sm_major = args.sm_major
-    if sm_major is None:
-        sm_major = planner.gpu_facts_summary(gpu_facts).get("sm_major") if gpu_facts else plan_vars.get("sm_major")
+    summary = planner.gpu_facts_summary(gpu_facts) if gpu_facts is not None else None
+    sm_major = plan_inputs.sm_major_of(summary, plan_vars, args.sm_major)
     try:
         judged = server.judge_launch(inputs, launch, stack_lane, sm_major=sm_major, checkpoint=found,
                                      origin=None if args.inventory else "this launch")  # fmt: skip
     except LaunchConfigError as err:
-        raise planner.PlanError(f"{where}: {err}" if args.inventory else str(err)) from None
+        raise planner.PlanError(f"{host_prefix}{err}") from None
     overrides: dict[str, Any] = {}
     for name in _FLAG_FIELDS:
         value = getattr(args, name, None)

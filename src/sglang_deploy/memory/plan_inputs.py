@@ -72,6 +72,17 @@ def check_plan_vars(plan_vars: Mapping[str, Any]) -> None:
         )
 
 
+def sm_major_of(
+    summary: Mapping[str, Any] | None, plan_vars: Mapping[str, Any] | None, given: int | None = None
+) -> int | None:
+    """The GPUs' compute-capability major that the KV dtype, the lane's rules and the FP4 kernels are judged by:
+    ``given`` (the command line's), else the first GPU's in ``summary`` (planner.gpu_facts_summary), else
+    ``sm_major`` of ``plan_vars`` (sglang_server_memory_plan); None when none says."""
+    if given is not None:
+        return given
+    return (summary or {}).get("sm_major", (plan_vars or {}).get("sm_major"))
+
+
 def plan_inputs(sources: PlanSources, *, no_memory_fix: str) -> tuple[planner.PlanInputs, list[str]]:
     """The planner's inputs from ``sources`` (the order in the module's docstring), and notes on where they came
     from. A PlanError names the source at fault; without any GPU memory size it ends with ``no_memory_fix``
@@ -83,14 +94,12 @@ def plan_inputs(sources: PlanSources, *, no_memory_fix: str) -> tuple[planner.Pl
     notes: list[str] = []
     extra = dict(sources.plan_vars)
     check_plan_vars(extra)
-    sm_major = extra.pop("sm_major", None)
+    extra.pop("sm_major", None)
     declared_architecture = extra.pop("architecture", None)
     summary = planner.gpu_facts_summary(dict(sources.gpu_facts)) if sources.gpu_facts is not None else None
     if summary is not None:
         notes.append(f"GPU facts: {summary['gpu_count']} GPUs, smallest {summary['gpu_memory_mib']:.0f} MiB")
-        sm_major = summary.get("sm_major", sm_major)
-    if sources.sm_major is not None:
-        sm_major = sources.sm_major
+    sm_major = sm_major_of(summary, sources.plan_vars, sources.sm_major)
     config, architecture = _model_config(sources, declared_architecture)
     try:
         lane = load_lane(sources.lane)

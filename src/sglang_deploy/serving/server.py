@@ -47,7 +47,7 @@ from sglang_deploy.launch import checkpoints, flagtable, fp4_gemm, lane_rules
 from sglang_deploy.launch.flagtable import LaunchSettings
 from sglang_deploy.memory import planner
 from sglang_deploy.serving import jitcache, preflight, tls
-from sglang_deploy.memory.plan_inputs import PLAN_VAR, PlanSources, plan_inputs
+from sglang_deploy.memory.plan_inputs import PLAN_VAR, PlanSources, plan_inputs, sm_major_of
 from sglang_deploy.lanes.catalog import DEFAULT_LANE, Lane, LaneError, load_lane
 from sglang_deploy.playbook import resolution
 from sglang_deploy.launch.config import (
@@ -241,7 +241,7 @@ def _resolve(
     # The checkpoint, the GPU's kernels and the lane's rules: a launch they cannot serve is refused here, before the
     # memory plan.
     lane = _lane(inputs.lane)
-    sm_major = planner.gpu_facts_summary(facts).get("sm_major") if facts else (inputs.memory_plan or {}).get("sm_major")
+    sm_major = sm_major_of(planner.gpu_facts_summary(facts) if facts else None, inputs.memory_plan)
     judged = judge_launch(inputs, config, lane, sm_major=sm_major, checkpoint=checkpoint)
     verdict, warnings = judged.verdict, judged.warnings
     # 3. the memory plan
